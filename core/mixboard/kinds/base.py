@@ -1,0 +1,117 @@
+"""What a kind is: the contract one family of mixers shares.
+
+A kind names a frozen spec class (the static facts selection depends on),
+the impl interface a backend's ``make_impl`` returns, and the canonical state
+layout. The four built-in kinds live beside this file; a plugin defines more
+through the ``mixboard_kinds`` hook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..dtypes import DTYPES
+from ..state import StateSpec
+
+@dataclass(frozen=True)
+class MixerSpec:
+    """Base of every kind's spec: frozen, hashable, every field defaulted.
+
+    Subclasses add fields; ``validate`` raises ``ValueError`` with a sentence
+    a user can act on.
+    """
+
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        # Kinds whose state may be kept in another dtype name it state_dtype.
+        state_dtype = getattr(self, "state_dtype", None)
+        if state_dtype is not None and state_dtype not in DTYPES:
+            raise ValueError(f"state_dtype must be one of {', '.join(DTYPES)} or none, not {state_dtype!r}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Check relations between fields (override in a kind's spec)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            # JSON has no infinity: write it as the string the CLI also accepts.
+            out[f.name] = "inf" if isinstance(value, float) and math.isinf(value) else value
+        return out
+
+    @classmethod
+    def field_help(cls) -> dict[str, str]:
+        """Field name -> 'type, default' text for --help and error messages."""
+        return {f.name: f"{_type_name(f.type)} = {f.default!r}" for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_strings(cls, values: dict[str, str]) -> "MixerSpec":
+        """Build a spec from ``key=value`` text (the CLI's ``--spec``).
+
+        Unknown fields and unparsable values raise ``ValueError`` that names
+        the field and what would be right.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, text in values.items():
+            if key not in fields:
+                raise ValueError(f"unknown spec field {key!r}; fields are {', '.join(fields)}")
+            kwargs[key] = _parse(key, _type_name(fields[key].type), text)
+        return cls(**kwargs)
+
+def _type_name(annotation) -> str:
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+
+def _parse(key: str, type_name: str, text: str):
+    optional = type_name.endswith("| None")
+    base = type_name.replace("| None", "").strip()
+    if optional and text.lower() in ("none", "null", ""):
+        return None
+    try:
+        if base == "int":
+            return int(text)
+        if base == "float":
+            return float(text)
+        if base == "bool":
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        return text
+    except ValueError:
+        hint = " or none" if optional else ""
+        raise ValueError(f"spec field {key!r} takes {base}{hint}, not {text!r}") from None
+
+@dataclass(frozen=True)
+class Kind:
+    """One family of mixers.
+
+    ``state_spec(spec)`` is the canonical state layout: the one the oracle in
+    ``mixboard.testing`` uses and the default a backend inherits.
+    ``install_hint`` tells a user what to install when no backend of the kind
+    is available.
+    """
+
+    name: str
+    spec: type
+    impl: type
+    state_spec: Callable[[Any], StateSpec]
+    description: str
+    install_hint: str = ""
+
+    def default_spec(self):
+        return self.spec()
+
+def require(condition: bool, message: str) -> None:
+    """Spec validation helper: raise ValueError(message) unless condition holds."""
+    if not condition:
+        raise ValueError(message)

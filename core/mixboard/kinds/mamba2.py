@@ -1,0 +1,100 @@
+"""Kind ``mamba2``: Mamba-2's state space duality (SSD) with conv and gated norm.
+
+Boundary: the backend receives the in_proj output split as z, xBC and dt,
+plus conv, dt_bias, A, D and gated-norm weights, and returns y before
+``out_proj``:
+
+    xBC = silu(causal_conv1d(xBC))              (conv state carried)
+    x, B, C = split(xBC, [d_inner, n_groups * d_state, n_groups * d_state])
+    dt  = clamp(softplus(dt + dt_bias), dt_min, dt_max)      # per head
+    h   = exp(dt * A) * h + dt * x (outer) B    # per head [head_dim, d_state]; B, C shared by a group of heads
+    y   = h @ C + D * x
+    y   = rmsnorm(y * silu(z)) * norm_weight    # over groups of d_inner / n_groups channels
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..state import StateSpec
+from .base import Kind, MixerSpec, require
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Mamba2Spec(MixerSpec):
+    """num_heads: 32. head_dim: 64 (d_inner = num_heads * head_dim).
+    d_state: 128. n_groups: 1 (B and C are shared by num_heads / n_groups
+    heads). d_conv: 4. chunk_size: 256 (the SSD chunk; a hint, results do
+    not depend on it). conv_bias: True. norm_eps: 1e-5. dt_min, dt_max: the
+    clamp on dt after softplus (0, inf). state_dtype: None means dtype."""
+
+    num_heads: int = 32
+    head_dim: int = 64
+    d_state: int = 128
+    n_groups: int = 1
+    d_conv: int = 4
+    chunk_size: int = 256
+    conv_bias: bool = True
+    norm_eps: float = 1e-5
+    dt_min: float = 0.0
+    dt_max: float = math.inf
+    state_dtype: str | None = None
+
+    def validate(self) -> None:
+        require(min(self.num_heads, self.head_dim, self.d_state, self.n_groups, self.chunk_size) > 0,
+                "num_heads, head_dim, d_state, n_groups and chunk_size must be positive")
+        require(self.num_heads % self.n_groups == 0,
+                f"num_heads ({self.num_heads}) must be a multiple of n_groups ({self.n_groups})")
+        require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
+        require(0.0 <= self.dt_min <= self.dt_max, "need 0 <= dt_min <= dt_max")
+
+    @property
+    def d_inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+
+@dataclass(frozen=True, eq=False)
+class Mamba2Weights:
+    conv_weight: "Tensor"  # [conv_dim, d_conv]
+    conv_bias: "Tensor | None"  # [conv_dim]
+    dt_bias: "Tensor"  # [num_heads]
+    A: "Tensor"  # [num_heads], negative: -exp(A_log), computed once at load
+    D: "Tensor"  # [num_heads]
+    norm_weight: "Tensor"  # [d_inner]
+
+
+class Mamba2Impl(ABC):
+    @abstractmethod
+    def forward(self, z: "Tensor", xBC: "Tensor", dt: "Tensor", weights: Mamba2Weights,
+                state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":
+        """z: [T, d_inner]; xBC: [T, conv_dim]; dt: [T, num_heads]. state
+        (canonical): ``conv`` [num_slots, conv_dim, d_conv - 1], ``ssm``
+        [num_slots, num_heads, head_dim, d_state]. Returns y: [T, d_inner]."""
+
+
+def mamba2_state(spec: Mamba2Spec) -> StateSpec:
+    dtype = spec.state_dtype or spec.dtype
+    return StateSpec.slots(
+        conv=((spec.conv_dim, spec.d_conv - 1), dtype),
+        ssm=((spec.num_heads, spec.head_dim, spec.d_state), dtype),
+    )
+
+
+MAMBA2 = Kind(
+    name="mamba2",
+    spec=Mamba2Spec,
+    impl=Mamba2Impl,
+    state_spec=mamba2_state,
+    description="Mamba-2 SSD scan with causal conv and gated RMSNorm",
+    install_hint="pip install mixboard-mamba2",
+)

@@ -1,0 +1,67 @@
+"""Backend overrides: ``attention=sdpa,mamba2=mamba2_torch,model.layers.3.*=sdpa``.
+
+A target without a dot or glob character names a kind; one with either is a
+layer-name pattern (``fnmatch`` syntax). For a layer, the first layer pattern
+that matches wins, then the rule for its kind. Overrides are strict: the
+named backend must serve the layer or selection fails.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from .errors import UsageError
+
+_GLOB = re.compile(r"[.*?\[]")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Overrides:
+    kind_rules: tuple[tuple[str, str], ...] = ()  # (kind, backend)
+    layer_rules: tuple[tuple[str, str], ...] = ()  # (pattern, backend), in the order written
+
+    @classmethod
+    def parse(cls, text: str | None, kinds=None) -> "Overrides":
+        """Parse rules; ``kinds`` (names) lets an unknown kind be reported now."""
+        if not text or not text.strip():
+            return cls()
+        kind_rules: dict[str, str] = {}
+        layer_rules: dict[str, str] = {}
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            target, sep, backend = (s.strip() for s in part.partition("="))
+            if not sep or not target or not backend:
+                raise UsageError(f"bad backend rule {part!r}: write KIND=BACKEND or LAYER_PATTERN=BACKEND, "
+                                 "for example attention=sdpa or model.layers.3.*=sdpa")
+            if not _NAME.fullmatch(backend):
+                raise UsageError(f"bad backend name {backend!r} in rule {part!r}")
+            rules = layer_rules if _GLOB.search(target) else kind_rules
+            if target in rules:
+                raise UsageError(f"backend rule for {target!r} is given twice ({rules[target]} and {backend})")
+            if rules is kind_rules and kinds is not None and target not in kinds:
+                raise UsageError(f"backend rule {part!r} names unknown kind {target!r}; kinds are "
+                                 f"{', '.join(sorted(kinds))} (a layer pattern needs a dot or a glob)")
+            rules[target] = backend
+        return cls(tuple(kind_rules.items()), tuple(layer_rules.items()))
+
+    def __bool__(self) -> bool:
+        return bool(self.kind_rules or self.layer_rules)
+
+    def for_layer(self, layer: str | None, kind: str) -> tuple[str, str] | None:
+        """(backend, the rule that named it) for this layer, or None."""
+        if layer is not None:
+            for pattern, backend in self.layer_rules:
+                if fnmatchcase(layer, pattern):
+                    return backend, f"{pattern}={backend}"
+        for target, backend in self.kind_rules:
+            if target == kind:
+                return backend, f"{target}={backend}"
+        return None
+
+    def __str__(self) -> str:
+        return ",".join(f"{t}={b}" for t, b in self.kind_rules + self.layer_rules)

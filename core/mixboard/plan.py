@@ -1,0 +1,99 @@
+"""The plan: every layer of a model resolved to a backend.
+
+Per layer the chosen backend and why the others were not chosen; groups of
+layers that share a backend and a state layout (the runner builds metadata
+once per group and allocates one pool per group); a fingerprint that two
+processes can compare to know they resolved the model the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Mapping
+
+from .environment import Environment
+from .selection import Selection
+from .state import StateSpec
+
+
+class LayerPlan:
+    __slots__ = ("name", "kind", "spec", "selection")
+
+    def __init__(self, name: str, kind: str, spec: Any, selection: Selection):
+        self.name = name
+        self.kind = kind
+        self.spec = spec
+        self.selection = selection
+
+    @property
+    def backend(self) -> str:
+        return self.selection.chosen.name
+
+    @property
+    def rejected(self) -> Mapping[str, tuple[str, ...]]:
+        return self.selection.rejected
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "backend": self.backend,
+            "rule": self.selection.rule,
+            "spec": self.spec.to_dict(),
+            "rejected": {n: list(r) for n, r in self.rejected.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Group:
+    backend: str
+    kind: str
+    state_spec: StateSpec
+    layers: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "kind": self.kind, "state": self.state_spec.to_dict(), "layers": list(self.layers)}
+
+
+class Plan:
+    def __init__(self, environment: Environment, layers: tuple[LayerPlan, ...]):
+        self.environment = environment
+        self.layers = layers
+        groups: dict[tuple[str, StateSpec], list[str]] = {}
+        kinds: dict[tuple[str, StateSpec], str] = {}
+        for layer in layers:
+            key = (layer.selection.chosen.name, layer.selection.state_spec)
+            groups.setdefault(key, []).append(layer.name)
+            kinds[key] = layer.kind
+        self.groups = tuple(Group(b, kinds[(b, s)], s, tuple(names)) for (b, s), names in groups.items())
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def layer(self, name: str) -> LayerPlan:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Stable across processes: layer names, kinds, specs, backends and
+        the distribution and version each backend came from."""
+        rows = []
+        for layer in self.layers:
+            entry = layer.selection.chosen
+            rows.append([layer.name, layer.kind, layer.spec.to_dict(), entry.name, entry.distribution, entry.version])
+        blob = json.dumps(rows, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "environment": self.environment.to_dict(),
+            "layers": [layer.to_dict() for layer in self.layers],
+            "groups": [group.to_dict() for group in self.groups],
+        }

@@ -1,0 +1,186 @@
+"""The registry: loaded kinds and backends, selection and planning.
+
+``get_registry()`` loads the installed plugins once per process. Selection
+is memoized per (kind, spec, environment, forced backend), so planning a
+model of a thousand layers costs a dictionary lookup per layer.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Iterable
+
+from .backend import Backend
+from .environment import Environment, detect
+from .errors import SelectionError, UsageError
+from .kinds import BUILTIN_KINDS, Kind
+from .overrides import Overrides
+from .plan import LayerPlan, Plan
+from .plugins import BackendEntry, Loaded, PluginRecord, load
+from .selection import Selection, rank, reasons_against
+
+
+class Registry:
+    def __init__(self, loaded: Loaded):
+        self.kinds: dict[str, Kind] = loaded.kinds
+        self.backends: dict[str, BackendEntry] = loaded.backends
+        self.plugins: list[PluginRecord] = loaded.plugins
+        self.faults: list[str] = loaded.faults
+        by_kind: dict[str, list[BackendEntry]] = {k: [] for k in self.kinds}
+        for name in sorted(self.backends):
+            entry = self.backends[name]
+            by_kind[entry.cls.kind].append(entry)
+        self._by_kind = by_kind
+        self._memo: dict[tuple, Selection] = {}
+
+    @classmethod
+    def from_backends(cls, backends: Iterable[type], kinds: Iterable[Kind] = (), source: str = "<direct>") -> "Registry":
+        """A registry of the given classes, without entry points (for embedding and unit tests).
+
+        Classes are taken as they are: no fault isolation, a duplicate name raises.
+        """
+        all_kinds = {k.name: k for k in (*BUILTIN_KINDS, *kinds)}
+        entries: dict[str, BackendEntry] = {}
+        for backend in backends:
+            if backend.name in entries:
+                raise UsageError(f"backend {backend.name!r} given twice")
+            entries[backend.name] = BackendEntry(backend, source, None, None)
+        return cls(Loaded(all_kinds, entries, []))
+
+    # -- lookups ---------------------------------------------------------
+    def kind(self, name: str) -> Kind:
+        try:
+            return self.kinds[name]
+        except KeyError:
+            raise UsageError(f"unknown kind {name!r}; kinds are {', '.join(sorted(self.kinds))}") from None
+
+    def backends_of(self, kind: str) -> list[BackendEntry]:
+        self.kind(kind)
+        return list(self._by_kind[kind])
+
+    def make_spec(self, kind: str, values: dict[str, str] | None = None) -> Any:
+        """The kind's spec from ``key=value`` text; missing fields take their defaults."""
+        spec_cls = self.kind(kind).spec
+        try:
+            return spec_cls.from_strings(values or {})
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad {kind} spec: {exc}") from None
+
+    def parse_overrides(self, text: str | None) -> Overrides:
+        return Overrides.parse(text, kinds=self.kinds)
+
+    # -- selection -------------------------------------------------------
+    def select(self, kind: str, spec: Any = None, env: Environment | None = None, *,
+               layer: str | None = None, overrides: Overrides | None = None) -> Selection:
+        """The backend for one layer. Raises SelectionError (nothing serves
+        it, or a forced backend cannot) or UsageError (bad request)."""
+        if spec is None:
+            spec = self.kind(kind).default_spec()
+        if env is None:
+            env = detect()
+        forced = overrides.for_layer(layer, kind) if overrides else None
+        key = (kind, spec, env, forced)
+        selection = self._memo.get(key)
+        if selection is None:
+            selection = self._memo[key] = self._select(kind, spec, env, forced, layer)
+        return selection
+
+    def _select(self, kind, spec, env, forced, layer) -> Selection:
+        kind_obj = self.kind(kind)
+        if not isinstance(spec, kind_obj.spec):
+            raise UsageError(f"a {kind} layer needs a {kind_obj.spec.__name__}, not {type(spec).__name__}")
+        where = f"layer {layer!r}" if layer else f"this {kind} layer"
+        candidates = rank(self._by_kind[kind], spec, env)
+        if forced is not None:
+            name, rule = forced
+            entry = self._forced_entry(name, rule, kind, where)
+            reasons = reasons_against(entry.cls, spec, env)
+            if reasons:
+                raise SelectionError(
+                    f"backend {name!r} is forced by rule {rule!r} but cannot serve {where} in {env}: "
+                    + "; ".join(reasons) + " (change or drop the rule; mixboard never falls back silently)",
+                    {name: list(reasons)},
+                )
+            rejected = {c.name: c.reasons or (f"not forced: rule {rule!r} picks {name}",)
+                        for c in candidates if c.name != name}
+        else:
+            if not candidates or not candidates[0].available:
+                raise SelectionError(self._nothing_serves(kind_obj, where, env, candidates),
+                                     {c.name: list(c.reasons) for c in candidates})
+            entry = self.backends[candidates[0].name]
+            rule = None
+            rejected = {c.name: c.reasons or (_lost_to(c, candidates[0]),) for c in candidates[1:]}
+        return Selection(kind, spec, env, entry, self._state_spec(entry, kind_obj, spec), candidates, rejected, rule)
+
+    def _forced_entry(self, name: str, rule: str, kind: str, where: str) -> BackendEntry:
+        entry = self.backends.get(name)
+        if entry is None:
+            names = [e.name for e in self._by_kind[kind]]
+            close = difflib.get_close_matches(name, list(self.backends), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UsageError(f"rule {rule!r} names unknown backend {name!r}; backends of {kind}: "
+                             f"{', '.join(names) or 'none installed'}{hint}")
+        if entry.cls.kind != kind:
+            raise UsageError(f"rule {rule!r} forces backend {name!r}, which serves {entry.cls.kind}, "
+                             f"onto {where} of kind {kind}")
+        return entry
+
+    @staticmethod
+    def _state_spec(entry: BackendEntry, kind: Kind, spec: Any):
+        if getattr(entry.cls.state_spec, "__func__", None) is Backend.state_spec.__func__:
+            return kind.state_spec(spec)
+        return entry.cls.state_spec(spec)
+
+    @staticmethod
+    def _nothing_serves(kind: Kind, where: str, env: Environment, candidates) -> str:
+        if not candidates:
+            hint = f": {kind.install_hint}" if kind.install_hint else ""
+            return f"no backend of kind {kind.name!r} is installed{hint}"
+        lines = [f"no backend can serve {where} in {env}:"]
+        for c in candidates:
+            lines.append(f"  {c.name}: " + "; ".join(c.reasons))
+        if kind.install_hint:
+            lines.append(f"  a portable backend: {kind.install_hint}")
+        return "\n".join(lines)
+
+    # -- planning --------------------------------------------------------
+    def plan(self, layers: Iterable[tuple[str, str, Any]], env: Environment | None = None,
+             overrides: Overrides | str | None = None) -> Plan:
+        """Resolve every layer, given as (name, kind, spec)."""
+        if env is None:
+            env = detect()
+        if isinstance(overrides, str) or overrides is None:
+            overrides = self.parse_overrides(overrides)
+        select = self.select
+        planned = []
+        seen = set()
+        for name, kind, spec in layers:
+            if name in seen:
+                raise UsageError(f"layer name {name!r} appears twice")
+            seen.add(name)
+            planned.append(LayerPlan(name, kind, spec, select(kind, spec, env, layer=name, overrides=overrides)))
+        return Plan(env, tuple(planned))
+
+
+def _lost_to(candidate, winner) -> str:
+    if candidate.priority == winner.priority:
+        return f"available, but {winner.name!r} has the same priority ({winner.priority}) and ties break on name"
+    return f"available, but {winner.name!r} has higher priority ({winner.priority} > {candidate.priority})"
+
+
+_REGISTRY: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry: entry points scanned and loaded once."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = Registry(load())
+    return _REGISTRY
+
+
+def reload_registry() -> Registry:
+    """Scan entry points again (after installing a plugin in this process)."""
+    global _REGISTRY
+    _REGISTRY = None
+    return get_registry()

@@ -1,0 +1,99 @@
+"""Selection: which backend serves a layer of a given spec in an environment.
+
+Pure: the answer depends only on (kind, spec, environment, forced backend)
+and the loaded backends, so the registry memoizes it. Every candidate is
+checked (API version, device, dtype, required modules, then its own
+``check``); the highest priority passing one wins, ties broken by name, so
+every process on every rank picks the same whatever the entry-point order.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping
+
+from .backend import ANY_DEVICE, SUPPORTED_API_VERSIONS
+from .environment import Environment
+from .plugins import BackendEntry
+from .state import StateSpec
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    priority: int
+    reasons: tuple[str, ...]
+
+    @property
+    def available(self) -> bool:
+        return not self.reasons
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "priority": self.priority, "available": self.available, "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
+class Selection:
+    kind: str
+    spec: Any
+    environment: Environment
+    chosen: BackendEntry
+    state_spec: StateSpec
+    candidates: tuple[Candidate, ...]  # best first
+    rejected: Mapping[str, tuple[str, ...]]  # every other candidate -> why it was not chosen
+    rule: str | None  # the override rule that forced the choice, if any
+
+    @property
+    def backend(self) -> type:
+        return self.chosen.cls
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "spec": self.spec.to_dict(),
+            "environment": self.environment.to_dict(),
+            "chosen": self.chosen.name,
+            "rule": self.rule,
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+
+@lru_cache(maxsize=None)
+def module_missing(module: str) -> bool:
+    """True if ``module``'s top-level package cannot be found (nothing is imported)."""
+    try:
+        return importlib.util.find_spec(module.partition(".")[0]) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def reasons_against(cls: type, spec: Any, env: Environment) -> tuple[str, ...]:
+    """Every reason backend ``cls`` cannot serve a layer of ``spec`` in ``env``."""
+    reasons: list[str] = []
+    if cls.api_version not in SUPPORTED_API_VERSIONS:
+        reasons.append(f"targets plugin API version {cls.api_version}; this mixboard supports "
+                       f"{', '.join(map(str, SUPPORTED_API_VERSIONS))}")
+    if ANY_DEVICE not in cls.devices and env.device not in cls.devices:
+        reasons.append(f"runs on {', '.join(cls.devices)}; this environment is {env.device}")
+    if spec.dtype not in cls.dtypes:
+        reasons.append(f"supports dtypes {', '.join(cls.dtypes)}; the layer is {spec.dtype}")
+    for module in cls.requires:
+        if module_missing(module):
+            hint = f" ({cls.install_hint})" if cls.install_hint else ""
+            reasons.append(f"needs Python module {module!r}, which is not installed{hint}")
+    try:
+        own = cls.check(spec, env)
+    except Exception as exc:  # a backend's bug must not break selection for the others
+        own = [f"its check() raised {type(exc).__name__}: {exc}"]
+    if not isinstance(own, (list, tuple)) or not all(isinstance(r, str) for r in own):
+        own = [f"its check() returned {own!r}, not a list of reasons"]
+    reasons.extend(own)
+    return tuple(reasons)
+
+
+def rank(entries: list[BackendEntry], spec: Any, env: Environment) -> tuple[Candidate, ...]:
+    """Candidates best first: available before unavailable, then priority, then name."""
+    candidates = [Candidate(e.name, e.cls.priority, reasons_against(e.cls, spec, env)) for e in entries]
+    return tuple(sorted(candidates, key=lambda c: (not c.available, -c.priority, c.name)))

@@ -1,0 +1,65 @@
+"""What per-sequence state a layer keeps, described well enough for a runner
+to allocate it without knowing the layer's kind.
+
+Two layouts cover every kind:
+
+* ``paged``: a record per *token*, stored in blocks of ``block_size`` tokens;
+  a block table per sequence says which blocks it owns. A pool tensor named
+  ``n`` with per-token shape ``s`` is allocated as ``[num_blocks, block_size, *s]``.
+  Attention's K/V cache is paged.
+* ``slots``: one fixed-size record per *sequence*. A pool tensor with
+  per-sequence shape ``s`` is allocated as ``[num_slots, *s]``. Conv and SSM
+  states live in slots.
+
+Example: ``StateSpec.slots(conv=((256, 3), "float32"))`` is a conv state of
+256 channels and width-1 = 3 columns per sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PAGED = "paged"
+SLOTS = "slots"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    dtype: str
+
+    def nbytes(self) -> int:
+        size = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}[self.dtype]
+        for dim in self.shape:
+            size *= dim
+        return size
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    layout: str
+    tensors: tuple[tuple[str, TensorSpec], ...]
+
+    def __post_init__(self):
+        if self.layout not in (PAGED, SLOTS):
+            raise ValueError(f"state layout must be {PAGED!r} or {SLOTS!r}, not {self.layout!r}")
+
+    @classmethod
+    def paged(cls, **tensors: tuple[tuple[int, ...], str]) -> "StateSpec":
+        """Per-token records: ``StateSpec.paged(k=((heads, dim), "bfloat16"), ...)``."""
+        return cls(PAGED, tuple((n, TensorSpec(tuple(s), d)) for n, (s, d) in tensors.items()))
+
+    @classmethod
+    def slots(cls, **tensors: tuple[tuple[int, ...], str]) -> "StateSpec":
+        """Per-sequence records: ``StateSpec.slots(ssm=((heads, dim, d_state), "float32"))``."""
+        return cls(SLOTS, tuple((n, TensorSpec(tuple(s), d)) for n, (s, d) in tensors.items()))
+
+    def record_bytes(self) -> int:
+        """Bytes of one record: one token (paged) or one sequence (slots)."""
+        return sum(t.nbytes() for _, t in self.tensors)
+
+    def to_dict(self) -> dict:
+        return {
+            "layout": self.layout,
+            "tensors": {n: {"shape": list(t.shape), "dtype": t.dtype} for n, t in self.tensors},
+        }

@@ -1,0 +1,1 @@
+"""mixboard_runner: runs models through the mixboard registry; home of the ``mixboard`` CLI."""

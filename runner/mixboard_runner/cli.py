@@ -1,0 +1,73 @@
+"""The ``mixboard`` command line: the front door.
+
+Every command has ``--help``; ``--json`` output is a stable contract for
+tools. Bad input gets one line on stderr and exit status 2; a layer nothing
+can serve gets its reasons and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import registry_commands
+
+EPILOG = """examples:
+  mixboard plugins                         installed plugins and their faults
+  mixboard backends --device cuda --capability 9.0
+                                           what would run on an H100
+  mixboard select attention --spec num_heads=32,num_kv_heads=8,head_size=128
+  mixboard select mamba2 --backend mamba2=mamba2_torch --json
+
+environment variables:
+  MIXBOARD_BACKEND          default for --backend (KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated)
+  MIXBOARD_PLUGINS          load only these plugins (entry-point names, comma separated)
+  MIXBOARD_DISABLE_PLUGINS  skip these plugins
+  MIXBOARD_STRICT_PLUGINS   1: any plugin fault is an error (for CI)
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit status 2)."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mixboard",
+        description="Pluggable backends for the token mixers of hybrid language models.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from mixboard import __version__
+
+    parser.add_argument("--version", action="version", version=f"mixboard {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    registry_commands.add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mixboard.errors import MixboardError, PluginError, SelectionError, UsageError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as exc:
+        sys.stderr.write(f"mixboard {args.command}: error: {exc}\n")
+        return 2
+    except SelectionError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": str(exc), "candidates": exc.candidates}, indent=2))
+        sys.stderr.write(f"mixboard {args.command}: {exc}\n")
+        return 1
+    except (PluginError, MixboardError) as exc:
+        sys.stderr.write(f"mixboard {args.command}: {exc}\n")
+        return 1
+    except BrokenPipeError:  # `mixboard backends | head`
+        return 0
