@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mixboard import AttentionSpec, Mamba1Spec, Mamba2Spec, ShortConvSpec, UsageError, simulate
+from mixboard.environment import parse_capability, resolve
+from mixboard.kinds import BUILTIN_KINDS
+
+
+def test_specs_are_frozen_hashable_and_defaulted():
+    for kind in BUILTIN_KINDS:
+        a, b = kind.default_spec(), kind.default_spec()
+        assert a == b and hash(a) == hash(b)
+        with pytest.raises(AttributeError):
+            a.dtype = "float16"
+
+
+def test_spec_from_strings_parses_types():
+    spec = Mamba2Spec.from_strings({"num_heads": "8", "n_groups": "2", "dt_max": "inf", "conv_bias": "false",
+                                    "state_dtype": "float32", "norm_eps": "1e-6"})
+    assert (spec.num_heads, spec.n_groups, spec.conv_bias, spec.norm_eps) == (8, 2, False, 1e-6)
+    assert math.isinf(spec.dt_max) and spec.to_dict()["dt_max"] == "inf"
+    spec = AttentionSpec.from_strings({"sliding_window": "none", "logits_soft_cap": "30", "scale": "0.125"})
+    assert (spec.sliding_window, spec.logits_soft_cap, spec.softmax_scale) == (None, 30.0, 0.125)
+    assert AttentionSpec(head_size=64).softmax_scale == 0.125
+
+
+@pytest.mark.parametrize("cls, values, message", [
+    (AttentionSpec, {"heads": "8"}, "unknown spec field 'heads'"),
+    (AttentionSpec, {"num_heads": "eight"}, "takes int, not 'eight'"),
+    (AttentionSpec, {"causal": "maybe"}, "takes bool"),
+    (AttentionSpec, {"num_heads": "6", "num_kv_heads": "4"}, "must be a multiple of num_kv_heads"),
+    (AttentionSpec, {"dtype": "float8"}, "dtype must be one of"),
+    (Mamba1Spec, {"d_conv": "1"}, "at least 2"),
+    (Mamba2Spec, {"num_heads": "6", "n_groups": "4"}, "multiple of n_groups"),
+    (ShortConvSpec, {"state_dtype": "int8"}, "state_dtype must be one of"),
+])
+def test_spec_errors_name_the_field(cls, values, message):
+    with pytest.raises(ValueError, match=message):
+        cls.from_strings(values)
+
+
+def test_canonical_state_specs():
+    attn = AttentionSpec(num_kv_heads=2, num_heads=4, head_size=16, dtype="bfloat16")
+    state = BUILTIN_KINDS[0].state_spec(attn)
+    assert state.layout == "paged" and state.record_bytes() == 2 * (2 * 16 * 2)
+    m2 = Mamba2Spec(num_heads=4, head_dim=8, d_state=16, n_groups=2, d_conv=4, state_dtype="float32", dtype="bfloat16")
+    state = BUILTIN_KINDS[2].state_spec(m2)
+    assert state.to_dict() == {"layout": "slots", "tensors": {
+        "conv": {"shape": [4 * 8 + 2 * 2 * 16, 3], "dtype": "float32"},
+        "ssm": {"shape": [4, 8, 16], "dtype": "float32"}}}
+
+
+def test_environment_simulation_and_errors():
+    env = simulate("cuda", "9.0")
+    assert env.capability == (9, 0) and env.to_dict()["capability"] == "9.0"
+    assert resolve(None, "8.6") == simulate("cuda", "8.6")
+    assert resolve("cpu").device == "cpu"
+    with pytest.raises(UsageError, match="bad capability '9'"):
+        parse_capability("9")
+    with pytest.raises(UsageError, match="unknown device 'gpu'"):
+        simulate("gpu")
+    with pytest.raises(UsageError, match="applies to device cuda"):
+        simulate("cpu", "8.0")
+
+
+def test_detected_environment_on_this_machine():
+    import torch
+
+    env = resolve()
+    assert env.torch_version == torch.__version__
+    assert env.device == ("cuda" if torch.cuda.is_available() else env.device)
