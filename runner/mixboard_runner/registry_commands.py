@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+
+from mixboard.dtypes import DTYPES
 
 from .table import render
 
@@ -20,8 +23,11 @@ def add_commands(commands) -> None:
     p = commands.add_parser("backends", help="list backends and whether each is available here",
                             description="List every registered backend. 'available' means it would pass its "
                                         "checks for its kind's default spec in the environment (detected, or "
-                                        "simulated with --device/--capability); 'reasons' says why not.")
+                                        "simulated with --device/--capability); 'reasons' says why not. The "
+                                        "default spec is float32; a backend that does not serve float32 is "
+                                        "checked in the first dtype it declares, unless --dtype is given.")
     p.add_argument("--kind", help="only backends of this kind")
+    p.add_argument("--dtype", choices=DTYPES, help="check every backend in this dtype")
     _add_environment(p)
     p.add_argument("--json", action="store_true", help="print a JSON list (stable contract)")
     p.set_defaults(run=cmd_backends)
@@ -82,7 +88,9 @@ def cmd_backends(args) -> int:
     entries = registry.backends_of(args.kind) if args.kind else [registry.backends[n] for n in sorted(registry.backends)]
     out = []
     for e in sorted(entries, key=lambda e: (e.cls.kind, -e.cls.priority, e.name)):
-        reasons = reasons_against(e.cls, registry.kind(e.cls.kind).default_spec(), env)
+        spec = registry.kind(e.cls.kind).default_spec()
+        dtype = args.dtype or (spec.dtype if spec.dtype in e.cls.dtypes else e.cls.dtypes[0])
+        reasons = reasons_against(e.cls, dataclasses.replace(spec, dtype=dtype), env)
         out.append({
             "name": e.name, "kind": e.cls.kind, "plugin": e.plugin, "distribution": e.distribution,
             "version": e.version, "priority": e.cls.priority, "devices": list(e.cls.devices),
