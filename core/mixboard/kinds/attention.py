@@ -8,12 +8,12 @@ new token over its sequence's cached and new keys.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerSpec, require
+from .base import Kind, MixerImpl, MixerSpec, require
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -52,7 +52,7 @@ class AttentionSpec(MixerSpec):
         return self.scale if self.scale is not None else self.head_size ** -0.5
 
 
-class AttentionImpl(ABC):
+class AttentionImpl(MixerImpl):
     @abstractmethod
     def forward(self, q: "Tensor", k: "Tensor", v: "Tensor", state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":
         """q: [T, num_heads, head_size]; k, v: [T, num_kv_heads, head_size] for

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from abc import ABC
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -90,6 +91,16 @@ def _parse(key: str, type_name: str, text: str):
     except ValueError:
         hint = " or none" if optional else ""
         raise ValueError(f"spec field {key!r} takes {base}{hint}, not {text!r}") from None
+
+class MixerImpl(ABC):
+    """Base of every kind's impl interface.
+
+    ``layer_name`` is set by whoever builds the impl for a layer
+    (``mixboard.ops.checks.build_impl``), so that input errors name the layer.
+    """
+
+    layer_name: str = "(unnamed layer)"
+
 
 @dataclass(frozen=True)
 class Kind:

@@ -13,12 +13,12 @@ y before ``out_proj``:
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerSpec, require
+from .base import Kind, MixerImpl, MixerSpec, require
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -53,7 +53,7 @@ class Mamba1Weights:
     D: "Tensor"  # [d_inner]
 
 
-class Mamba1Impl(ABC):
+class Mamba1Impl(MixerImpl):
     @abstractmethod
     def forward(self, x: "Tensor", z: "Tensor", weights: Mamba1Weights, state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":
         """x, z: [T, d_inner]. state (canonical): ``conv`` [num_slots, d_inner,

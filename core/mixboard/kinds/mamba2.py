@@ -15,12 +15,12 @@ plus conv, dt_bias, A, D and gated-norm weights, and returns y before
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerSpec, require
+from .base import Kind, MixerImpl, MixerSpec, require
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -73,7 +73,7 @@ class Mamba2Weights:
     norm_weight: "Tensor"  # [d_inner]
 
 
-class Mamba2Impl(ABC):
+class Mamba2Impl(MixerImpl):
     @abstractmethod
     def forward(self, z: "Tensor", xBC: "Tensor", dt: "Tensor", weights: Mamba2Weights,
                 state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":

@@ -8,12 +8,12 @@ output) plus the conv weights, and returns y before ``out_proj``:
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerSpec, require
+from .base import Kind, MixerImpl, MixerSpec, require
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -40,7 +40,7 @@ class ShortConvWeights:
     conv_bias: "Tensor | None"  # [hidden_size]
 
 
-class ShortConvImpl(ABC):
+class ShortConvImpl(MixerImpl):
     @abstractmethod
     def forward(self, B: "Tensor", C: "Tensor", x: "Tensor", weights: ShortConvWeights,
                 state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":

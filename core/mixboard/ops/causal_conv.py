@@ -1,0 +1,76 @@
+"""Depthwise causal conv over a ragged batch, with the conv state in slots.
+
+For channel c and a sequence's token at position t:
+
+    out[t, c] = bias[c] + sum_k weight[c, k] * in[t - (W - 1) + k, c]
+
+where positions before the sequence's first new token come from its saved
+state (the last W - 1 inputs, oldest first), or are zero for a sequence
+whose ``context_lens`` is 0. After the step each sequence's state holds its
+last W - 1 inputs.
+
+All sequences are done in one ``conv1d``: each sequence's W - 1 state
+columns are laid before its tokens in one extended row; windows that cross
+from one sequence into the next are computed and dropped. The index tensors
+depend only on the step's metadata and W, so ``ConvIndex`` is built once per
+step and shared by every layer of a group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .slots import gather_slots, scatter_slots
+
+
+@dataclass
+class ConvIndex:
+    width: int
+    num_seqs: int
+    ext_len: int
+    x_pos: torch.Tensor  # [T] where each token sits in the extended row
+    out_pos: torch.Tensor  # [T] the conv output position of each token's window
+    state_pos: torch.Tensor  # [N * (W - 1)] where each sequence's initial state sits
+    final_pos: torch.Tensor  # [N * (W - 1)] where each sequence's last W - 1 inputs sit
+    slots: torch.Tensor  # [N] state slot per sequence
+    fresh: torch.Tensor  # [N] bool: starts from zeros (no context)
+
+    @classmethod
+    def build(cls, meta, width: int) -> "ConvIndex":
+        n, keep = meta.num_seqs, width - 1
+        device = meta.query_start_loc.device
+        qsl = meta.query_start_loc_cpu.long()
+        query_lens = qsl[1:] - qsl[:-1]
+        seq_ids = torch.repeat_interleave(torch.arange(n), query_lens)
+        tokens = torch.arange(meta.num_tokens)
+        x_pos = tokens + keep * (seq_ids + 1)  # each sequence shifted by the states before and including its own
+        seq_start = qsl[:-1] + keep * torch.arange(n)  # where a sequence's state begins in the row
+        offsets = torch.arange(keep)
+        state_pos = (seq_start[:, None] + offsets).reshape(-1)
+        final_pos = ((seq_start + query_lens)[:, None] + offsets).reshape(-1)
+        return cls(
+            width=width, num_seqs=n, ext_len=meta.num_tokens + n * keep,
+            x_pos=x_pos.to(device), out_pos=(x_pos - keep).to(device),
+            state_pos=state_pos.to(device), final_pos=final_pos.to(device),
+            slots=meta.state_slots, fresh=(meta.context_lens_cpu == 0).to(device),
+        )
+
+
+def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, conv_state: torch.Tensor,
+                  index: ConvIndex, activation: str | None = None) -> torch.Tensor:
+    """x: [T, D] packed tokens; weight: [D, W]; bias: [D] or None;
+    conv_state: the pool [S, D, W - 1], read and updated in place.
+    Returns [T, D], with ``silu`` applied when ``activation == "silu"``."""
+    keep, n, dim = index.width - 1, index.num_seqs, x.shape[1]
+    ext = x.new_empty(index.ext_len, dim)
+    initial = gather_slots(conv_state, index.slots, index.fresh)  # [N, D, W-1]
+    ext[index.state_pos] = initial.to(x.dtype).transpose(1, 2).reshape(n * keep, dim)
+    ext[index.x_pos] = x
+    out = F.conv1d(ext.t().unsqueeze(0), weight.unsqueeze(1), bias, groups=dim)[0]  # [D, ext_len - W + 1]
+    out = out.t().index_select(0, index.out_pos)
+    final = ext.index_select(0, index.final_pos).view(n, keep, dim).transpose(1, 2)
+    scatter_slots(conv_state, index.slots, final)
+    return F.silu(out) if activation == "silu" else out

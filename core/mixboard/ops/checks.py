@@ -1,0 +1,48 @@
+"""Validation of what reaches a backend, with errors that name the layer."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import MixboardError
+
+
+class BackendInputError(MixboardError, ValueError):
+    """A backend was handed something of the wrong shape, dtype or device."""
+
+
+def build_impl(backend: type, spec: Any, env: Any, layer_name: str) -> Any:
+    """``backend.make_impl(spec, env)``, named after the layer it serves."""
+    impl = backend.make_impl(spec, env)
+    impl.layer_name = layer_name
+    return impl
+
+
+def expect(layer: str, what: str, tensor: Any, shape: Sequence[int | None], dtype: torch.dtype | None = None,
+           device: torch.device | None = None) -> None:
+    """Raise BackendInputError unless ``tensor`` has ``shape`` (None matches
+    any size), ``dtype`` and ``device`` (each when given)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise BackendInputError(f"{layer}: {what} must be a tensor, got {type(tensor).__name__}")
+    ok = tensor.dim() == len(shape) and all(e is None or e == s for e, s in zip(shape, tensor.shape))
+    if not ok:
+        wanted = "[" + ", ".join("*" if e is None else str(e) for e in shape) + "]"
+        raise BackendInputError(f"{layer}: {what} must have shape {wanted}, got {list(tensor.shape)}")
+    if dtype is not None and tensor.dtype != dtype:
+        raise BackendInputError(f"{layer}: {what} must be {dtype}, got {tensor.dtype}")
+    if device is not None and tensor.device.type != torch.device(device).type:
+        raise BackendInputError(f"{layer}: {what} must be on {device}, got {tensor.device}")
+
+
+def expect_state(layer: str, state: Any, names: Sequence[str]) -> None:
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise BackendInputError(f"{layer}: state is missing {', '.join(missing)} (has {', '.join(state) or 'nothing'})")
+
+
+def expect_slots(layer: str, slots_cpu: torch.Tensor, num_slots: int) -> None:
+    """Every sequence's slot must exist in the pool (checked on the host copy)."""
+    if slots_cpu.numel() and (int(slots_cpu.min()) < 0 or int(slots_cpu.max()) >= num_slots):
+        raise BackendInputError(f"{layer}: state slot {slots_cpu.tolist()} out of range: the pool has {num_slots} slots")
