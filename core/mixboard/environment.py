@@ -72,6 +72,24 @@ def detect() -> Environment:
     return Environment("cpu", None, torch.__version__)
 
 
+def for_device(device: str) -> Environment:
+    """The real environment of a torch device the caller will run on
+    ("cpu", "cuda", "cuda:1", ...); a device torch cannot use is a UsageError."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UsageError(f"unknown device {device!r}: {exc}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"device {device!r} is not available here: torch sees no CUDA device")
+        return Environment("cuda", tuple(torch.cuda.get_device_capability(dev)), torch.__version__)
+    if dev.type != "cpu" and detect().device != dev.type:
+        raise UsageError(f"device {device!r} is not available here (this machine: {detect().device})")
+    return Environment(dev.type, None, torch.__version__)
+
+
 def resolve(device: str | None = None, capability: str | None = None) -> Environment:
     """Detected when nothing is given; simulated otherwise (the CLI's flags)."""
     if device is None and capability is None:

@@ -55,7 +55,8 @@ class CommonBatchMetadata:
         """Metadata for one step from plain lists (used by the runner, tests and the kit).
 
         ``block_tables[i]`` lists the blocks of sequence ``i`` in order; it must
-        cover ``context_lens[i] + query_lens[i]`` tokens.
+        cover ``context_lens[i] + query_lens[i]`` tokens. When every table is
+        empty (a model with no paged state) ``slot_mapping`` is empty.
         """
         n = len(query_lens)
         if not (len(context_lens) == len(state_slots) == len(block_tables) == n):
@@ -70,7 +71,10 @@ class CommonBatchMetadata:
         max_blocks = max([len(t) for t in block_tables] + [1])
         table = torch.zeros((n, max_blocks), dtype=torch.int32)
         slot_mapping: list[int] = []
+        paged = any(len(t) for t in block_tables)  # a model without paged state passes no blocks
         for i, (blocks, c, s) in enumerate(zip(block_tables, context_lens, seq_lens)):
+            if not paged:
+                break
             if len(blocks) * block_size < s:
                 raise ValueError(f"sequence {i} holds {s} tokens but its {len(blocks)} blocks of {block_size} hold fewer")
             table[i, : len(blocks)] = torch.tensor(list(blocks), dtype=torch.int32)

@@ -11,9 +11,12 @@ import argparse
 import json
 import sys
 
-from . import registry_commands
+from . import registry_commands, run_commands
 
 EPILOG = """examples:
+  mixboard run                             generate with the built-in demo hybrid (all four kinds)
+  mixboard explain ./model --device cuda --capability 9.0
+                                           per-layer backend choice with every rejected candidate's reasons
   mixboard plugins                         installed plugins and their faults
   mixboard backends --device cuda --capability 9.0
                                            what would run on an H100
@@ -48,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mixboard {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
+    run_commands.add_commands(commands)
     registry_commands.add_commands(commands)
     return parser
 

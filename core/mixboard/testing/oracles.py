@@ -280,7 +280,7 @@ class AttentionOracle(AttentionImpl):
                     lo = 0 if spec.sliding_window is None else max(0, p - spec.sliding_window + 1)
                     hi = p + 1
                 else:
-                    lo, hi = 0, s.seq_len
+                    lo, hi = 0, p + 1
                 for h in range(H):
                     kv = h // group
                     logits = scale * (keys[lo:hi, kv] @ q[t, h].to(F64))  # [hi - lo]

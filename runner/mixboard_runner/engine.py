@@ -1,0 +1,245 @@
+"""The engine: schedule -> common metadata -> one build per (group, spec) ->
+forward -> sample. It never names a kind and never tests a layer's type:
+everything kind-specific arrives through the plan (backends, builders,
+state specs) and the model's own layers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mixboard import CommonBatchMetadata, get_registry
+from mixboard.dtypes import DTYPES
+from mixboard.environment import for_device
+from mixboard.errors import UsageError
+from mixboard.ops.checks import build_impl
+
+from .cache import DEFAULT_BLOCK_SIZE, CacheManager
+from .loader import load_model
+from .tokenizer import load_tokenizer
+from .sampling import SamplingParams, sample
+from .scheduler import Scheduler
+from .sequence import Sequence, Status
+
+DEFAULT_CACHE_MEMORY = 512 * 2**20
+
+
+class StepContext:
+    """What a model's layers see during one step: their impl, state and the
+    metadata their backend's builder made."""
+
+    __slots__ = ("runtimes", "metas", "max_position")
+
+    def __init__(self, runtimes, metas, max_position):
+        self.runtimes, self.metas, self.max_position = runtimes, metas, max_position
+
+    def lookup(self, layer_name: str):
+        impl, state, builder_id = self.runtimes[layer_name]
+        return impl, state, self.metas[builder_id]
+
+
+@dataclass
+class Output:
+    prompt_ids: list[int]
+    output_ids: list[int]
+    text: str | None
+    finish_reason: str
+
+
+@dataclass
+class Stats:
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    wall_s: float = 0.0
+    steps: int = 0
+    preemptions: int = 0
+
+    def to_dict(self) -> dict:
+        rate = lambda n, s: n / s if s > 0 else 0.0  # noqa: E731
+        return {"prefill_tokens": self.prefill_tokens, "decode_tokens": self.decode_tokens,
+                "prefill_tokens_per_s": rate(self.prefill_tokens, self.prefill_s),
+                "decode_tokens_per_s": rate(self.decode_tokens, self.decode_s), "wall_s": self.wall_s,
+                "steps": self.steps, "preemptions": self.preemptions}
+
+
+class Engine:
+    def __init__(self, model: str | Path | None = None, *, device: str = "cpu", dtype: str = "float32",
+                 backend: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
+                 max_batched_tokens: int = 2048, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None,
+                 registry=None):
+        if dtype not in DTYPES:
+            raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        self.env = for_device(device)
+        self.device = torch.device(device)
+        self.registry = registry or get_registry()
+        self.model = load_model(model, dtype, device)
+        self.plan = self.registry.plan(self.model.layer_decls(), self.env, backend)
+        self.cache = CacheManager(self.plan, self.device, cache_memory, max_seqs, block_size)
+        self.scheduler = Scheduler(self.cache, self.cache.max_seqs, max_batched_tokens)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+        self.stats = Stats()
+        self._bind()
+
+    def _bind(self) -> None:
+        """One impl per layer, one builder per (backend, spec), chosen by the plan."""
+        builders: dict[tuple, int] = {}
+        self.builders = []
+        self.runtimes = {}
+        for layer in self.plan.layers:
+            backend = layer.selection.backend
+            key = (layer.backend, layer.spec)
+            if key not in builders:
+                builders[key] = len(self.builders)
+                self.builders.append(backend.builder(layer.spec, self.env))
+            impl = build_impl(backend, layer.spec, self.env, layer.name)
+            self.runtimes[layer.name] = (impl, self.cache.pools[layer.name], builders[key])
+
+    # -- limits ----------------------------------------------------------
+    @property
+    def max_tokens_per_sequence(self) -> float:
+        limit = self.cache.token_capacity
+        if self.model.info.max_positions is not None:
+            limit = min(limit, self.model.info.max_positions)
+        return limit
+
+    def _check_prompt(self, ids: list[int]) -> None:
+        if not ids:
+            raise UsageError("a prompt needs at least one token")
+        vocab = self.model.info.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise UsageError(f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        if len(ids) > self.max_tokens_per_sequence:
+            raise UsageError(f"a prompt of {len(ids)} tokens is longer than this model and cache allow "
+                             f"({int(self.max_tokens_per_sequence)} tokens; raise --cache-memory for more)")
+
+    # -- one step --------------------------------------------------------
+    @torch.inference_mode()
+    def _forward(self, batch: list[tuple[Sequence, int]], all_logits: bool) -> torch.Tensor:
+        ids, positions, last = [], [], []
+        for seq, n in batch:
+            start = seq.num_computed
+            ids.extend(seq.tokens[start:start + n])
+            positions.extend(range(start, start + n))
+            last.append(len(ids) - 1)
+        common = CommonBatchMetadata.build(
+            [n for _, n in batch], [s.num_computed for s, _ in batch],
+            [s.slot if s.slot is not None else 0 for s, _ in batch], [s.blocks for s, _ in batch],
+            self.cache.block_size, self.device)
+        step = StepContext(self.runtimes, [build(common) for build in self.builders], max(positions))
+        hidden = self.model(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device), step)
+        for seq, n in batch:
+            seq.num_computed += n
+        rows = hidden if all_logits else hidden[torch.tensor(last, device=self.device)]
+        return self.model.logits(rows)
+
+    def step(self) -> list[Sequence]:
+        """Run one scheduled step; returns the sequences that finished in it."""
+        batch = self.scheduler.schedule()
+        if not batch:
+            return self._unschedulable()
+        started = time.perf_counter()
+        logits = self._forward(batch, all_logits=False)
+        ready = [(i, seq) for i, (seq, _) in enumerate(batch) if seq.num_uncomputed == 0]
+        finished = []
+        if ready:
+            rows = logits[torch.tensor([i for i, _ in ready], device=logits.device)]
+            tokens = sample(rows, [s.params for _, s in ready], [s.generator for _, s in ready])
+            for (_, seq), token in zip(ready, tokens):
+                seq.tokens.append(token)
+                reason = self._stop_reason(seq, token)
+                if reason:
+                    self.scheduler.finish(seq, reason)
+                    finished.append(seq)
+        elapsed = time.perf_counter() - started
+        decodes = sum(1 for seq, n in batch if n == 1 and seq.num_computed > 1)
+        prefill_tokens = sum(n for _, n in batch) - decodes
+        self.stats.steps += 1
+        self.stats.decode_tokens += decodes
+        self.stats.prefill_tokens += prefill_tokens
+        # a mixed step's time is split between prefill and decode by token count
+        total = decodes + prefill_tokens
+        self.stats.decode_s += elapsed * decodes / total
+        self.stats.prefill_s += elapsed * prefill_tokens / total
+        return finished
+
+    def _stop_reason(self, seq: Sequence, token: int) -> str | None:
+        p = seq.params
+        if not p.ignore_eos and token in self.model.info.eos_token_ids:
+            return "stop"
+        if token in p.stop_token_ids:
+            return "stop"
+        if len(seq.output_ids) >= p.max_tokens:
+            return "length"
+        if len(seq.tokens) >= self.max_tokens_per_sequence:
+            return "length"
+        return None
+
+    def _unschedulable(self) -> list[Sequence]:
+        # Nothing fits even alone: the first waiting sequence outgrew the cache.
+        seq = self.scheduler.waiting.popleft()
+        self.scheduler.finish(seq, "length")
+        return [seq]
+
+    # -- public API ------------------------------------------------------
+    def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Sequence:
+        self._check_prompt(prompt_ids)
+        seq = Sequence(prompt_ids, params or SamplingParams())
+        self.scheduler.add(seq)
+        return seq
+
+    def abort(self, seq: Sequence) -> None:
+        if seq.status is not Status.FINISHED:
+            self.scheduler.abort(seq)
+
+    def generate(self, prompts: list[list[int]] | list[str], params: SamplingParams | None = None,
+                 progress=None) -> list[Output]:
+        """Generate for every prompt (token ids, or text when a tokenizer is set)."""
+        params = params or SamplingParams()
+        self.stats = Stats(preemptions=self.scheduler.preemptions)
+        started = time.perf_counter()
+        seqs = [self.add(self._encode(p), params) for p in prompts]
+        while self.scheduler.has_work():
+            done = self.step()
+            if progress is not None:
+                progress(self, done)
+        self.stats.wall_s = time.perf_counter() - started
+        self.stats.preemptions = self.scheduler.preemptions - self.stats.preemptions
+        return [Output(s.prompt_ids, s.output_ids, self._decode(s.output_ids), s.finish_reason) for s in seqs]
+
+    @torch.inference_mode()
+    def score(self, token_ids: list[int], prefix_len: int) -> torch.Tensor:
+        """Teacher-forced logits [len(token_ids), vocab]: row i predicts token i+1.
+
+        The first ``prefix_len`` tokens are prefilled in one step; the rest
+        go one at a time through the decode path."""
+        if not 0 <= prefix_len <= len(token_ids):
+            raise UsageError(f"prefix_len must be between 0 and {len(token_ids)}, not {prefix_len}")
+        self._check_prompt(token_ids)
+        seq = Sequence(token_ids, SamplingParams())
+        rows = []
+        try:
+            chunks = ([prefix_len] if prefix_len else []) + [1] * (len(token_ids) - prefix_len)
+            for n in chunks:
+                if not self.cache.can_allocate(seq, n):
+                    raise UsageError("the cache cannot hold this sequence while others run; raise --cache-memory")
+                self.cache.allocate(seq, n)
+                rows.append(self._forward([(seq, n)], all_logits=True))
+        finally:
+            self.cache.free(seq)
+        return torch.cat(rows).float()
+
+    def _encode(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise UsageError("this model has no tokenizer (no tokenizer.json): give prompts as token ids")
+            return self.tokenizer.encode(prompt)
+        return list(prompt)
+
+    def _decode(self, ids: list[int]) -> str | None:
+        return None if self.tokenizer is None else self.tokenizer.decode(ids)

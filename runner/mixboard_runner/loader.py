@@ -1,0 +1,120 @@
+"""Loading a model: a Hugging Face style directory (``config.json`` and
+``*.safetensors``, optionally sharded with ``model.safetensors.index.json``),
+or the built-in ``demo``. Pickle checkpoints are refused: loading one runs
+arbitrary code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from mixboard.dtypes import torch_dtype
+
+from .models import ARCHITECTURES, demo
+from .models.config import ConfigReader, ModelError
+from .models.model import CausalLM
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+DEMO = "demo"
+
+
+def read_config(path: str | Path) -> dict:
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ModelError(f"model {str(path)!r} is not a directory (give a Hugging Face style folder, or 'demo')")
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise ModelError(f"{directory} has no config.json")
+    try:
+        config = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{config_path} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"{config_path} must hold a JSON object")
+    model_type = config.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise ModelError(f"{config_path}: model_type {model_type!r} is not supported; supported: "
+                         f"{', '.join(sorted(ARCHITECTURES))}")
+    return config
+
+
+def build_model(model: str | Path | None, dtype: str = "float32", device: str = "meta") -> CausalLM:
+    """The model's modules without weights (device 'meta'): enough to plan."""
+    if model in (None, DEMO):
+        return demo.build(dtype).to(torch_dtype(dtype))
+    config = read_config(model)
+    with torch.device(device):
+        built = ARCHITECTURES[config["model_type"]](ConfigReader(config, config["model_type"]), dtype)
+    built.info.config = config
+    return built
+
+
+def load_model(model: str | Path | None, dtype: str = "float32", device: str = "cpu") -> CausalLM:
+    """A model ready to run: weights loaded, checked and converted."""
+    built = build_model(model, dtype)
+    if model not in (None, DEMO):
+        state = load_weights(Path(model))
+        _assign(built, state, torch_dtype(dtype))
+    built = built.to(device)
+    for mixer in built.mixers():
+        mixer.finalize()
+    return built.eval()
+
+
+def weight_files(directory: Path) -> list[Path]:
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ModelError(f"{index} is malformed ({exc}); it needs a 'weight_map' object") from None
+        files = sorted({directory / name for name in weight_map.values()})
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise ModelError(f"{index} names shards that are missing: {', '.join(missing)}")
+        return files
+    files = sorted(directory.glob("*.safetensors"))
+    if files:
+        return files
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise ModelError(
+            f"{directory} holds only pickle checkpoints ({', '.join(pickles)}), which mixboard refuses: loading a "
+            "pickle runs arbitrary code. Convert once where you trust the file: "
+            "transformers' AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)")
+    raise ModelError(f"{directory} has no *.safetensors weights")
+
+
+def load_weights(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for path in weight_files(directory):
+        try:
+            state.update(load_file(str(path)))
+        except Exception as exc:  # safetensors raises its own error types
+            raise ModelError(f"cannot read {path}: {exc}") from None
+    return state
+
+
+def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    expected = {name: p for name, p in model.state_dict(keep_vars=True).items()}
+    tied = "lm_head.weight" if model.tie_embeddings else None
+    missing = [n for n in expected if n not in state and n != tied]
+    if missing:
+        raise ModelError(f"checkpoint is missing {len(missing)} tensor(s), first: {', '.join(missing[:3])}")
+    unexpected = [n for n in state if n not in expected and not n.endswith("rotary_emb.inv_freq")]
+    if unexpected:
+        raise ModelError(f"checkpoint has {len(unexpected)} tensor(s) this {model.info.model_type} model does not "
+                         f"use, first: {', '.join(unexpected[:3])} (is config.json the checkpoint's?)")
+    for name, param in expected.items():
+        if name == tied and name not in state:
+            continue
+        tensor = state[name]
+        if tuple(tensor.shape) != tuple(param.shape):
+            raise ModelError(f"tensor {name} has shape {list(tensor.shape)}, the config implies {list(param.shape)}")
+    model.load_state_dict({n: t.to(dtype) for n, t in state.items() if n in expected}, strict=False, assign=True)
+    if model.tie_embeddings:
+        model.lm_head.weight = model.trunk.get_submodule(model.trunk.embed_name).weight

@@ -1,0 +1,94 @@
+"""The stateless blocks every architecture is assembled from."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # float32 statistics whatever the model dtype, as the reference implementations do
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)). ``names`` maps (gate, up, down) to
+    the checkpoint's module names (llama: gate_proj/up_proj/down_proj, LFM2: w1/w3/w2)."""
+
+    def __init__(self, hidden: int, intermediate: int, names=("gate_proj", "up_proj", "down_proj"), bias=False):
+        super().__init__()
+        self.names = names
+        for name, (i, o) in zip(names, ((hidden, intermediate), (hidden, intermediate), (intermediate, hidden))):
+            setattr(self, name, nn.Linear(i, o, bias=bias))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up, down = (getattr(self, n) for n in self.names)
+        return down(F.silu(gate(x)) * up(x))
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (rotate-half convention) on the first
+    ``rotary_dim`` channels of each head. The cos/sin table is computed on
+    first use and grows on demand (so a model built on the meta device needs
+    nothing from the checkpoint for it)."""
+
+    def __init__(self, head_size: int, theta: float, rotary_dim: int | None = None, scaling: dict | None = None):
+        super().__init__()
+        self.rotary_dim = rotary_dim or head_size
+        self.theta, self.scaling = theta, scaling
+        self._cos = self._sin = None
+
+    def _table(self, length: int, device, dtype):
+        if self._cos is None or self._cos.shape[0] < length or self._cos.device != device or self._cos.dtype != dtype:
+            size = max(length, 2 * (0 if self._cos is None else self._cos.shape[0]), 256)
+            exponents = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64, device="cpu") / self.rotary_dim
+            inv_freq = 1.0 / (self.theta ** exponents)
+            if self.scaling:
+                inv_freq = _scaled(inv_freq, self.scaling)
+            freqs = torch.outer(torch.arange(size, dtype=torch.float64, device="cpu"), inv_freq)
+            emb = torch.cat([freqs, freqs], -1)
+            self._cos, self._sin = emb.cos().to(device, dtype), emb.sin().to(device, dtype)
+        return self._cos, self._sin
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, max_position: int):
+        """q: [T, Hq, D], k: [T, Hk, D]; positions: [T]; max_position: the
+        largest position in the step (known on the host: no device sync)."""
+        cos, sin = self._table(max_position + 1, q.device, q.dtype)
+        cos, sin = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+        return _rotate(q, cos, sin, self.rotary_dim), _rotate(k, cos, sin, self.rotary_dim)
+
+
+def _rotate(x, cos, sin, dim):
+    rot, rest = x[..., :dim], x[..., dim:]
+    half = dim // 2
+    rotated = torch.cat([-rot[..., half:], rot[..., :half]], -1)
+    out = rot * cos + rotated * sin
+    return out if rest.shape[-1] == 0 else torch.cat([out, rest], -1)
+
+
+def _scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":
+        import math
+
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_len = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - low) / (high - low)
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        mid = (wavelen <= old_len / low) & (wavelen >= old_len / high)
+        return torch.where(mid, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    raise ValueError(f"rope scaling type {kind!r} is not supported (supported: default, linear, llama3)")

@@ -1,0 +1,193 @@
+"""CLI commands that run models: ``run`` and ``explain``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+from .table import render
+
+DEFAULT_PROMPT = "The mixers of a hybrid model"
+MODEL_HELP = "a Hugging Face style folder (config.json + *.safetensors), or 'demo' (default: demo)"
+
+
+def add_commands(commands) -> None:
+    p = commands.add_parser(
+        "run", help="generate text with a model through the registry",
+        description="Load a model, plan a backend for every layer, and generate for each prompt with continuous "
+                    "batching. Prints the plan, the outputs and the throughput.",
+        epilog="examples:\n  mixboard run\n  mixboard run ./my-llama --prompt 'Once upon a time' --max-tokens 64\n"
+               "  mixboard run demo --prompt-ids 72,105 --backend attention=sdpa --json",
+        formatter_class=_raw())
+    p.add_argument("model", nargs="?", default="demo", metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt (repeat for a batch)")
+    p.add_argument("--prompt-ids", action="append", default=[], metavar="1,2,3",
+                   help="a prompt as token ids (repeat for a batch; for models without tokenizer.json)")
+    p.add_argument("--max-tokens", type=int, default=32, metavar="N", help="new tokens per prompt (default 32)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 is greedy (default)")
+    p.add_argument("--top-p", type=float, default=None, metavar="P", help="nucleus sampling (needs temperature > 0)")
+    p.add_argument("--top-k", type=int, default=None, metavar="K", help="top-k sampling (needs temperature > 0)")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (needs temperature > 0)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
+    _add_common(p)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--cache-memory", default="512MiB", metavar="SIZE",
+                   help="memory for the state pools, e.g. 256MiB, 2GiB, or bytes (default 512MiB)")
+    p.add_argument("--json", action="store_true", help="print a JSON object (stable contract)")
+    p.set_defaults(run=cmd_run)
+
+    p = commands.add_parser(
+        "explain", help="per-layer backend choice and every rejected candidate's reasons, without loading weights",
+        description="Plan a model without loading its weights: the backend chosen for every layer, why every "
+                    "other candidate was rejected, and the groups of layers that share a backend and state layout.",
+        epilog="example: mixboard explain ./my-hybrid --device cuda --capability 9.0 --json", formatter_class=_raw())
+    p.add_argument("model", nargs="?", default="demo", metavar="MODEL", help=MODEL_HELP)
+    _add_common(p)
+    p.add_argument("--capability", metavar="X.Y", help="simulate this CUDA compute capability (implies --device cuda)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--json", action="store_true", help="print a JSON object (stable contract)")
+    p.set_defaults(run=cmd_explain)
+
+
+def _raw():
+    import argparse
+
+    return argparse.RawDescriptionHelpFormatter
+
+
+def _add_common(p) -> None:
+    p.add_argument("--backend", default=None, metavar="RULES",
+                   help="force backends: KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated "
+                        "(default: $MIXBOARD_BACKEND)")
+    p.add_argument("--device", default=None, help="torch device (run: default cpu; explain: default this machine)")
+
+
+def _rules(args):
+    return args.backend if args.backend is not None else os.environ.get("MIXBOARD_BACKEND")
+
+
+def explain_dict(plan) -> dict:
+    data = plan.to_dict()
+    return {"fingerprint": data["fingerprint"], "environment": data["environment"],
+            "layers": [{k: layer[k] for k in ("name", "kind", "backend", "rule", "rejected")} for layer in data["layers"]],
+            "groups": [{k: g[k] for k in ("backend", "kind", "layers", "state")} for g in data["groups"]]}
+
+
+def print_plan(plan, verbose: bool) -> None:
+    print(f"plan {plan.fingerprint} on {plan.environment}: {len(plan.layers)} layers in {len(plan.groups)} groups")
+    rows = [[g.kind, g.backend, str(len(g.layers)), _compact(g.layers)] for g in plan.groups]
+    print(render(["kind", "backend", "layers", "names"], rows))
+    if verbose:
+        for layer in plan.layers:
+            for name, reasons in layer.rejected.items():
+                print(f"  {layer.name}: not {name}: {'; '.join(reasons)}")
+
+
+def _compact(names) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
+
+
+def cmd_explain(args) -> int:
+    from mixboard import get_registry
+    from mixboard.environment import resolve
+
+    from .loader import build_model
+
+    model = build_model(args.model, args.dtype)
+    env = resolve(args.device, args.capability)
+    registry = get_registry()
+    plan = registry.plan(model.layer_decls(), env, registry.parse_overrides(_rules(args)))
+    if args.json:
+        print(json.dumps(explain_dict(plan), indent=2))
+        return 0
+    print_plan(plan, verbose=False)
+    print()
+    rows = []
+    for layer in plan.layers:
+        rejected = "; ".join(f"{n}: {', '.join(r)}" for n, r in layer.rejected.items()) or "-"
+        rows.append([layer.name, layer.kind, layer.backend + (" (forced)" if layer.selection.rule else ""), rejected])
+    print(render(["layer", "kind", "backend", "rejected"], rows))
+    return 0
+
+
+def parse_size(text: str) -> int:
+    from mixboard.errors import UsageError
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(|b|kib|mib|gib|kb|mb|gb)\s*", text.lower())
+    if not match:
+        raise UsageError(f"bad size {text!r}: write bytes or a number with KiB, MiB, GiB (e.g. 512MiB)")
+    unit = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+    return int(float(match.group(1)) * unit[match.group(2)])
+
+
+def parse_ids(text: str) -> list[int]:
+    from mixboard.errors import UsageError
+
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UsageError(f"bad --prompt-ids {text!r}: write comma-separated token ids, e.g. 1,2,3") from None
+
+
+def cmd_run(args) -> int:
+    from mixboard.errors import UsageError
+
+    from .engine import Engine
+    from .sampling import SamplingParams
+
+    if args.temperature == 0 and any(v is not None for v in (args.top_p, args.top_k, args.seed)):
+        raise UsageError("--top-p, --top-k and --seed only apply when sampling: add --temperature > 0")
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k or 0,
+                            top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed,
+                            ignore_eos=args.ignore_eos)
+    engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=_rules(args),
+                    cache_memory=parse_size(args.cache_memory))
+    prompts: list = [parse_ids(t) for t in args.prompt_ids] + list(args.prompt)
+    if not prompts:
+        if engine.tokenizer is None:
+            raise UsageError("this model has no tokenizer.json: give prompts with --prompt-ids 1,2,3")
+        prompts = [DEFAULT_PROMPT]
+    if args.prompt and engine.tokenizer is None:
+        raise UsageError("this model has no tokenizer.json: give prompts with --prompt-ids instead of --prompt")
+    progress = None if args.json or not sys.stderr.isatty() else _Progress(len(prompts) * args.max_tokens)
+    outputs = engine.generate(prompts, params, progress=progress)
+    if progress:
+        progress.close()
+    stats = engine.stats.to_dict()
+    if args.json:
+        print(json.dumps({"plan": explain_dict(engine.plan),
+                          "outputs": [{"prompt_ids": o.prompt_ids, "output_ids": o.output_ids, "text": o.text,
+                                       "finish_reason": o.finish_reason} for o in outputs],
+                          "stats": {k: stats[k] for k in ("prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
+                                                          "decode_tokens_per_s", "wall_s", "preemptions")}}, indent=2))
+        return 0
+    print_plan(engine.plan, verbose=False)
+    for i, out in enumerate(outputs):
+        shown = out.text if out.text is not None else ",".join(map(str, out.output_ids))
+        print(f"\n[{i}] {len(out.prompt_ids)} prompt tokens -> {len(out.output_ids)} new ({out.finish_reason}):\n{shown!r}")
+    print(f"\nprefill {stats['prefill_tokens']} tokens at {stats['prefill_tokens_per_s']:.0f} tok/s, "
+          f"decode {stats['decode_tokens']} tokens at {stats['decode_tokens_per_s']:.0f} tok/s, "
+          f"{stats['wall_s']:.2f} s")
+    return 0
+
+
+class _Progress:
+    """A one-line progress bar on stderr for interactive runs."""
+
+    def __init__(self, total: int):
+        self.total, self.start, self.shown = total, time.perf_counter(), False
+
+    def __call__(self, engine, finished) -> None:
+        done = engine.stats.decode_tokens + sum(1 for _ in finished)
+        if time.perf_counter() - self.start < 1.0:
+            return
+        frac = min(1.0, done / max(1, self.total))
+        sys.stderr.write(f"\r[{'#' * int(30 * frac):<30}] {done}/{self.total} tokens")
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")

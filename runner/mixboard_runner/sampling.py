@@ -1,0 +1,61 @@
+"""Sampling parameters and the sampler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mixboard.errors import UsageError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """max_tokens: new tokens at most. temperature 0 is greedy. top_k 0 and
+    top_p 1.0 disable those filters. seed makes sampling reproducible per
+    sequence. stop_token_ids end a sequence (the model's EOS does too unless
+    ignore_eos)."""
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if self.max_tokens < 1:
+            raise UsageError(f"max_tokens must be at least 1, not {self.max_tokens}")
+        if self.temperature < 0:
+            raise UsageError(f"temperature must be >= 0, not {self.temperature}")
+        if self.top_k < 0:
+            raise UsageError(f"top_k must be >= 0 (0 disables it), not {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise UsageError(f"top_p must be in (0, 1], not {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]) -> list[int]:
+    """One token per row of ``logits`` [N, vocab]."""
+    if all(p.greedy for p in params):
+        return logits.argmax(-1).tolist()
+    out = []
+    for row, p, gen in zip(logits.float(), params, generators):
+        if p.greedy:
+            out.append(int(row.argmax()))
+            continue
+        row = row / p.temperature
+        if p.top_k:
+            kth = torch.topk(row, min(p.top_k, row.numel())).values[-1]
+            row = row.masked_fill(row < kth, float("-inf"))
+        probs = torch.softmax(row, -1)
+        if p.top_p < 1.0:
+            sorted_probs, order = probs.sort(descending=True)
+            keep = sorted_probs.cumsum(0) - sorted_probs < p.top_p  # always keeps the most likely token
+            probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+        out.append(int(torch.multinomial(probs, 1, generator=gen)))
+    return out

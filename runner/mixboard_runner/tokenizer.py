@@ -1,0 +1,41 @@
+"""Tokenizers: ``tokenizer.json`` through the tokenizers library, or the
+demo's bytes. A model without either takes prompts as token ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .loader import DEMO
+from .models.demo import EOS
+
+
+class ByteTokenizer:
+    """UTF-8 bytes are the tokens 0..255 (the demo model's vocabulary)."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    eos_token_id = EOS
+
+
+class HFTokenizer:
+    def __init__(self, path: Path):
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids)
+
+
+def load_tokenizer(model):
+    if model in (None, DEMO):
+        return ByteTokenizer()
+    path = Path(model) / "tokenizer.json"
+    return HFTokenizer(path) if path.is_file() else None
