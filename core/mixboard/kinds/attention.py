@@ -44,6 +44,8 @@ class AttentionSpec(MixerSpec):
         require(self.num_heads % self.num_kv_heads == 0,
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
         require(self.sliding_window is None or self.sliding_window > 0, "sliding_window must be positive or none")
+        require(self.causal or self.sliding_window is None,
+                "sliding_window is defined for causal attention only (the most recent keys); drop it or set causal")
         require(self.logits_soft_cap is None or self.logits_soft_cap > 0, "logits_soft_cap must be positive or none")
         require(self.scale is None or self.scale > 0, "scale must be positive or none")
 

@@ -119,11 +119,15 @@ def _sequences(meta: Any, num_tokens: int) -> list[_Seq]:
     return out
 
 
-def _check_shape(name: str, tensor: Any, shape: tuple[int, ...]) -> None:
+def _check_shape(name: str, tensor: Any, shape: tuple[int | None, ...]) -> int:
+    """Raise unless ``tensor`` has ``shape``; a None dimension is the token
+    count T and matches anything. Returns the tensor's first dimension."""
+    wanted = "[" + ", ".join("T" if d is None else str(d) for d in shape) + "]"
     if not isinstance(tensor, Tensor):
-        raise ValueError(f"{name} must be a tensor of shape {list(shape)}, not {type(tensor).__name__}")
-    if tuple(tensor.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {list(shape)}, not {list(tensor.shape)}")
+        raise ValueError(f"{name} must be a tensor of shape {wanted}, not {type(tensor).__name__}")
+    if tensor.dim() != len(shape) or any(d is not None and d != n for d, n in zip(shape, tensor.shape)):
+        raise ValueError(f"{name} must have shape {wanted}, not {list(tensor.shape)}")
+    return tensor.shape[0]
 
 
 def _pool(state: Mapping[str, Tensor], name: str, per_record: tuple[int, ...], kind: str) -> Tensor:
@@ -231,8 +235,7 @@ class AttentionOracle(AttentionImpl):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, state: Mapping[str, Tensor], meta: Any) -> Tensor:
         spec = self.spec
         H, KVH, D = spec.num_heads, spec.num_kv_heads, spec.head_size
-        T = q.shape[0] if isinstance(q, Tensor) and q.dim() == 3 else -1
-        _check_shape("q", q, (T, H, D))
+        T = _check_shape("q", q, (None, H, D))
         _check_shape("k", k, (T, KVH, D))
         _check_shape("v", v, (T, KVH, D))
         seqs = _sequences(meta, T)
@@ -280,7 +283,7 @@ class AttentionOracle(AttentionImpl):
                     lo = 0 if spec.sliding_window is None else max(0, p - spec.sliding_window + 1)
                     hi = p + 1
                 else:
-                    lo, hi = 0, p + 1
+                    lo, hi = 0, s.seq_len
                 for h in range(H):
                     kv = h // group
                     logits = scale * (keys[lo:hi, kv] @ q[t, h].to(F64))  # [hi - lo]
@@ -314,8 +317,7 @@ class Mamba1Oracle(Mamba1Impl):
     def forward(self, x: Tensor, z: Tensor, weights: Mamba1Weights, state: Mapping[str, Tensor], meta: Any) -> Tensor:
         spec = self.spec
         DI, N, R, W = spec.d_inner, spec.d_state, spec.dt_rank, spec.d_conv
-        T = x.shape[0] if isinstance(x, Tensor) and x.dim() == 2 else -1
-        _check_shape("x", x, (T, DI))
+        T = _check_shape("x", x, (None, DI))
         _check_shape("z", z, (T, DI))
         _conv_weights("mamba1", weights.conv_weight, weights.conv_bias, DI, W, spec.conv_bias)
         _check_shape("x_proj_weight", weights.x_proj_weight, (R + 2 * N, DI))
@@ -378,9 +380,8 @@ class Mamba2Oracle(Mamba2Impl):
         spec = self.spec
         H, P, N, G, W = spec.num_heads, spec.head_dim, spec.d_state, spec.n_groups, spec.d_conv
         DI, CD = spec.d_inner, spec.conv_dim
-        T = xBC.shape[0] if isinstance(xBC, Tensor) and xBC.dim() == 2 else -1
+        T = _check_shape("xBC", xBC, (None, CD))
         _check_shape("z", z, (T, DI))
-        _check_shape("xBC", xBC, (T, CD))
         _check_shape("dt", dt, (T, H))
         _conv_weights("mamba2", weights.conv_weight, weights.conv_bias, CD, W, spec.conv_bias)
         _check_shape("dt_bias", weights.dt_bias, (H,))
@@ -442,10 +443,9 @@ class ShortConvOracle(ShortConvImpl):
                 state: Mapping[str, Tensor], meta: Any) -> Tensor:
         spec = self.spec
         HS, W = spec.hidden_size, spec.conv_width
-        T = x.shape[0] if isinstance(x, Tensor) and x.dim() == 2 else -1
+        T = _check_shape("x", x, (None, HS))
         _check_shape("B", B, (T, HS))
         _check_shape("C", C, (T, HS))
-        _check_shape("x", x, (T, HS))
         _conv_weights("short_conv", weights.conv_weight, weights.conv_bias, HS, W, spec.conv_bias)
         conv_pool = _pool(state, "conv", (HS, W - 1), "short_conv")
         seqs = _sequences(meta, T)
