@@ -581,7 +581,7 @@ def test_make_oracle_errors():
         make_oracle("nope", AttentionSpec())
     with pytest.raises(ValueError, match="needs a Mamba2Spec"):
         make_oracle("mamba2", Mamba1Spec())
-    with pytest.raises(ValueError, match="sliding window for non-causal"):
+    with pytest.raises(ValueError, match="sliding_window is defined for causal attention only"):
         AttentionOracle(AttentionSpec(causal=False, sliding_window=4))
 
 

@@ -219,17 +219,12 @@ class AttentionOracle(AttentionImpl):
     * not causal: all ``seq_lens[i]`` positions of the sequence (its cached
       context and every new token of the step).
 
-    A sliding window on a non-causal layer is not defined by the kind (is it
-    one-sided or two-sided? how many keys?), so the oracle refuses that spec
-    with a ValueError rather than guess.
+    (AttentionSpec itself refuses a sliding window on a non-causal layer.)
     """
 
     def __init__(self, spec: AttentionSpec):
         if not isinstance(spec, AttentionSpec):
             raise ValueError(f"AttentionOracle needs an AttentionSpec, not {type(spec).__name__}")
-        if not spec.causal and spec.sliding_window is not None:
-            raise ValueError("the attention kind does not define a sliding window for non-causal attention; "
-                             "set sliding_window=None or causal=True")
         self.spec = spec
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, state: Mapping[str, Tensor], meta: Any) -> Tensor:
