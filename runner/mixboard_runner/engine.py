@@ -19,7 +19,7 @@ from mixboard.ops.checks import build_impl
 
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
 from .loader import load_model
-from .tokenizer import load_tokenizer
+from .tokenizer import encode_prompt, load_tokenizer
 from .sampling import SamplingParams, sample
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
@@ -235,11 +235,7 @@ class Engine:
         return torch.cat(rows).float()
 
     def _encode(self, prompt) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise UsageError("this model has no tokenizer (no tokenizer.json): give prompts as token ids")
-            return self.tokenizer.encode(prompt)
-        return list(prompt)
+        return encode_prompt(self.tokenizer, prompt)
 
     def _decode(self, ids: list[int]) -> str | None:
         return None if self.tokenizer is None else self.tokenizer.decode(ids)

@@ -39,3 +39,14 @@ def load_tokenizer(model):
         return ByteTokenizer()
     path = Path(model) / "tokenizer.json"
     return HFTokenizer(path) if path.is_file() else None
+
+
+def encode_prompt(tokenizer, prompt) -> list[int]:
+    """Token ids for a prompt given as text (needs a tokenizer) or as ids."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            from mixboard.errors import UsageError
+
+            raise UsageError("this model has no tokenizer (no tokenizer.json): give prompts as token ids")
+        return tokenizer.encode(prompt)
+    return list(prompt)
