@@ -79,10 +79,14 @@ def reasons_against(cls: type, spec: Any, env: Environment) -> tuple[str, ...]:
         reasons.append(f"runs on {', '.join(cls.devices)}; this environment is {env.device}")
     if spec.dtype not in cls.dtypes:
         reasons.append(f"supports dtypes {', '.join(cls.dtypes)}; the layer is {spec.dtype}")
-    for module in cls.requires:
-        if module_missing(module):
-            hint = f" ({cls.install_hint})" if cls.install_hint else ""
-            reasons.append(f"needs Python module {module!r}, which is not installed{hint}")
+    missing = [m for m in cls.requires if module_missing(m)]
+    if missing:
+        hint = f" ({cls.install_hint})" if cls.install_hint else ""
+        if len(missing) == 1:
+            reasons.append(f"needs Python module {missing[0]!r}, which is not installed{hint}")
+        else:
+            names = ", ".join(repr(m) for m in missing)
+            reasons.append(f"needs Python modules {names}, which are not installed{hint}")
     try:
         own = cls.check(spec, env)
     except Exception as exc:  # a backend's bug must not break selection for the others

@@ -55,5 +55,18 @@ class ConfigReader:
         return tuple(eos) if isinstance(eos, list) else (int(eos),)
 
     def time_step_limit(self) -> tuple[float, float]:
-        low, high = self.config.get("time_step_limit") or (0.0, math.inf)
-        return float(low), float(high)
+        value = self.config.get("time_step_limit") or (0.0, math.inf)
+        try:
+            low, high = (_json_float(v) for v in value)
+        except (TypeError, ValueError):
+            raise ModelError(f"config.json: 'time_step_limit' must be [low, high], not {value!r}") from None
+        return low, high
+
+
+def _json_float(value) -> float:
+    """A float as JSON writers spell it: 1.5, Infinity, "inf", or transformers 5's {"__float__": "Infinity"}."""
+    if isinstance(value, dict) and set(value) == {"__float__"}:
+        value = value["__float__"]
+    if isinstance(value, bool):
+        raise ValueError(value)
+    return float(value)

@@ -1,0 +1,48 @@
+"""Small random checkpoints written by transformers' own save_pretrained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+# transformers before anything that could stub GPU libraries (see FIELD-NOTES)
+import transformers
+
+COMMON = dict(vocab_size=160, hidden_size=64, initializer_range=0.1, tie_word_embeddings=False)
+
+CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(
+        **COMMON, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=512),
+    "mamba": lambda: transformers.MambaConfig(
+        **COMMON, state_size=8, num_hidden_layers=2, conv_kernel=4, expand=2, time_step_rank=8),
+    "mamba2": lambda: transformers.Mamba2Config(
+        **COMMON, num_heads=8, head_dim=16, expand=2, state_size=16, n_groups=2, num_hidden_layers=2, chunk_size=8),
+    "lfm2": lambda: transformers.Lfm2Config(
+        **{**COMMON, "tie_word_embeddings": True}, intermediate_size=192, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, layer_types=["conv", "full_attention", "conv", "full_attention"], conv_L_cache=3,
+        max_position_embeddings=512),
+    "bamba": lambda: transformers.BambaConfig(
+        **COMMON, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16,
+        mamba_expand=2, mamba_chunk_size=8, max_position_embeddings=512),
+}
+
+CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
+           "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM"}
+
+
+def make_checkpoint(model_type: str, directory: Path, seed: int = 0):
+    """Write a random checkpoint; returns the transformers model (eval, float32)."""
+    torch.manual_seed(seed)
+    config = CONFIGS[model_type]()
+    if model_type in ("llama", "lfm2", "bamba"):
+        config._attn_implementation = "eager"
+    model = getattr(transformers, CLASSES[model_type])(config).eval()
+    with torch.no_grad():  # SSM parameters away from their trivial initial values
+        for name, p in model.named_parameters():
+            if name.endswith(("dt_bias", ".D")):
+                p.uniform_(-0.5, 0.5)
+    model.save_pretrained(directory)
+    return model

@@ -1,0 +1,24 @@
+"""The engine, cache manager and scheduler never name a kind and never test
+a layer's type: everything kind-specific arrives through the plan."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+RUNNER = Path(__file__).parents[2] / "runner" / "mixboard_runner"
+FORBIDDEN = re.compile(r"attention|mamba|short_?conv|\bconv|ssm|k_cache|v_cache|\bkv\b|\brope\b|rotary", re.I)
+
+
+@pytest.mark.parametrize("module", ["engine.py", "cache.py", "scheduler.py"])
+def test_module_names_no_kind_and_tests_no_type(module):
+    source = (RUNNER / module).read_text()
+    hits = [line.strip() for line in source.splitlines() if FORBIDDEN.search(line)]
+    assert hits == [], f"{module} names a kind: {hits}"
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "type", "issubclass"):
+            pytest.fail(f"{module}:{node.lineno} tests a type")
+        if isinstance(node, ast.ImportFrom) and node.module and ("models" in node.module.split(".")):
+            pytest.fail(f"{module}:{node.lineno} imports model internals ({node.module})")

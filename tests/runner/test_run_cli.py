@@ -1,0 +1,127 @@
+"""`mixboard run` and `mixboard explain` through a subprocess: JSON
+contracts, the demo default, and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from checkpoints import make_checkpoint
+
+
+def mixboard(*args, env=None):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")}
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "mixboard_runner", *args], capture_output=True, text=True,
+                          env=environ)
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama")
+    make_checkpoint("llama", directory)
+    return directory
+
+
+def test_run_demo_by_default_json_contract():
+    out = mixboard("run", "--max-tokens", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) == {"plan", "outputs", "stats"}
+    kinds = {layer["kind"] for layer in data["plan"]["layers"]}
+    assert kinds == {"attention", "mamba1", "mamba2", "short_conv"}
+    assert {g["backend"] for g in data["plan"]["groups"]} == {"sdpa", "mamba1_torch", "mamba2_torch", "short_conv_torch"}
+    (output,) = data["outputs"]
+    assert len(output["output_ids"]) == 4 and isinstance(output["text"], str)
+    assert {"prefill_tokens", "decode_tokens", "prefill_tokens_per_s", "decode_tokens_per_s", "wall_s"} <= set(data["stats"])
+
+
+def test_run_text_output_and_forced_backend(llama_dir):
+    out = mixboard("run", str(llama_dir), "--prompt-ids", "1,2,3", "--prompt-ids", "4,5", "--max-tokens", "3",
+                   "--backend", "attention=sdpa")
+    assert out.returncode == 0, out.stderr
+    assert "sdpa" in out.stdout and "[1] 2 prompt tokens -> 3 new" in out.stdout and "decode" in out.stdout
+
+
+def test_explain_json_contract_without_weights(tmp_path, llama_dir):
+    # explain never reads weights: a directory with only config.json is enough
+    (tmp_path / "config.json").write_text((llama_dir / "config.json").read_text())
+    out = mixboard("explain", str(tmp_path), "--device", "cuda", "--capability", "9.0", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) == {"fingerprint", "environment", "layers", "groups"}
+    layer = data["layers"][0]
+    assert layer["name"] == "model.layers.0.self_attn" and layer["kind"] == "attention"
+    assert layer["backend"] == "sdpa"  # float32: flash_attn is rejected, with its reasons
+    assert any("float32" in r for r in layer["rejected"]["flash_attn"])
+    assert data["groups"] == [{"backend": "sdpa", "kind": "attention", "layers": [
+        "model.layers.0.self_attn", "model.layers.1.self_attn"], "state": data["groups"][0]["state"]}]
+
+
+def _bad_dirs(tmp_path, llama_dir):
+    def copy(name, drop=None, edit=None, config=None):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(config if config is not None else (llama_dir / "config.json").read_text())
+        state = load_file(str(llama_dir / "model.safetensors"))
+        if drop:
+            del state[drop]
+        if edit:
+            state[edit] = state[edit][:, :-1].contiguous()
+        save_file(state, str(d / "model.safetensors"))
+        return d
+
+    pickle_dir = tmp_path / "pickle"
+    pickle_dir.mkdir()
+    (pickle_dir / "config.json").write_text((llama_dir / "config.json").read_text())
+    (pickle_dir / "pytorch_model.bin").write_bytes(b"not really")
+    return {
+        "missing config": (tmp_path / "nothing", "is not a directory"),
+        "malformed config": (copy("malformed", config="{not json"), "is not valid JSON"),
+        "unsupported type": (copy("gpt2", config='{"model_type": "gpt2"}'),
+                             "model_type 'gpt2' is not supported; supported: bamba, lfm2, llama, mamba, mamba2"),
+        "missing tensor": (copy("missing", drop="model.layers.1.mlp.up_proj.weight"),
+                           "missing 1 tensor(s), first: model.layers.1.mlp.up_proj.weight"),
+        "wrong shape": (copy("shape", edit="model.layers.0.self_attn.q_proj.weight"),
+                        "tensor model.layers.0.self_attn.q_proj.weight has shape [64, 63], the config implies [64, 64]"),
+        "pickle": (pickle_dir, "pickle checkpoints (pytorch_model.bin), which mixboard refuses"),
+    }
+
+
+def test_bad_models_get_one_line_and_exit_2(tmp_path, llama_dir):
+    for case, (directory, message) in _bad_dirs(tmp_path, llama_dir).items():
+        out = mixboard("run", str(directory), "--prompt-ids", "1,2")
+        assert out.returncode == 2, (case, out.stderr)
+        assert message in out.stderr, (case, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, (case, out.stderr)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt-ids", ",".join(["1"] * 600)], "longer than this model and cache allow (512 tokens"),
+    (["--prompt-ids", "1,x"], "bad --prompt-ids"),
+    (["--prompt-ids", "1,999"], "token id 999 is outside the vocabulary (0..159)"),
+    (["--prompt", "hello"], "no tokenizer.json"),
+    (["--prompt-ids", "1", "--device", "tpu9"], "unknown device 'tpu9'"),
+    (["--prompt-ids", "1", "--device", "cuda"], "not available here"),
+    (["--prompt-ids", "1", "--top-k", "5"], "only apply when sampling: add --temperature > 0"),
+    (["--prompt-ids", "1", "--temperature", "-1"], "temperature must be >= 0"),
+    (["--prompt-ids", "1", "--cache-memory", "lots"], "bad size 'lots'"),
+    (["--prompt-ids", "1", "--cache-memory", "1KiB"], "cannot hold one sequence"),
+    (["--prompt-ids", "1", "--backend", "attention=nope"], "unknown backend 'nope'"),
+])
+def test_bad_run_input_gets_one_line_and_exit_2(llama_dir, args, message):
+    out = mixboard("run", str(llama_dir), *args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_run_and_explain_have_help():
+    for command in ("run", "explain"):
+        out = mixboard(command, "--help")
+        assert out.returncode == 0 and "usage: mixboard" in out.stdout
