@@ -33,6 +33,7 @@ class CommonBatchMetadata:
     query_start_loc_cpu: torch.Tensor
     seq_lens_cpu: torch.Tensor
     context_lens_cpu: torch.Tensor
+    state_slots_cpu: torch.Tensor
 
     @property
     def num_prefills(self) -> int:
@@ -83,6 +84,7 @@ class CommonBatchMetadata:
         qsl[1:] = torch.cumsum(torch.tensor(list(query_lens), dtype=torch.int32), 0)
         seq_cpu = torch.tensor(seq_lens, dtype=torch.int32)
         ctx_cpu = torch.tensor(list(context_lens), dtype=torch.int32)
+        slots_cpu = torch.tensor(list(state_slots), dtype=torch.int32)
         return cls(
             num_seqs=n,
             num_decodes=num_decodes,
@@ -93,10 +95,11 @@ class CommonBatchMetadata:
             query_start_loc=qsl.to(device),
             seq_lens=seq_cpu.to(device),
             context_lens=ctx_cpu.to(device),
-            state_slots=torch.tensor(list(state_slots), dtype=torch.int32, device=device),
+            state_slots=slots_cpu.to(device),
             block_table=table.to(device),
             slot_mapping=torch.tensor(slot_mapping, dtype=torch.int64, device=device),
             query_start_loc_cpu=qsl,
             seq_lens_cpu=seq_cpu,
             context_lens_cpu=ctx_cpu,
+            state_slots_cpu=slots_cpu,
         )
