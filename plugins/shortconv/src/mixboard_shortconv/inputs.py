@@ -1,0 +1,59 @@
+"""The checks both short_conv impls run on what reaches them.
+
+Errors name the layer (``impl.layer_name``), what was expected and what
+arrived. The checks read only shapes, dtypes, devices and the builder's host
+copies, so they never wait for the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from mixboard.dtypes import torch_dtype
+from mixboard.kinds.short_conv import ShortConvSpec, ShortConvWeights
+from mixboard.ops.checks import BackendInputError, expect, expect_slots, expect_state
+
+from .meta import ShortConvMeta
+
+
+class Expected:
+    """The dtypes and shapes a layer of ``spec`` takes, resolved once per impl."""
+
+    def __init__(self, spec: ShortConvSpec):
+        self.spec = spec
+        self.dtype = torch_dtype(spec.dtype)
+        self.state_dtype = torch_dtype(spec.state_dtype or spec.dtype)
+        self.hidden = spec.hidden_size
+        self.width = spec.conv_width
+
+
+def check_inputs(layer: str, want: Expected, B: Any, C: Any, x: Any, weights: Any,
+                 state: Mapping[str, Any], meta: Any) -> torch.Tensor:
+    """Raise BackendInputError on any mismatch; return the conv state pool."""
+    if not isinstance(meta, ShortConvMeta):
+        raise BackendInputError(f"{layer}: meta must be what this backend's builder returned for the step, "
+                                f"got {type(meta).__name__}")
+    expect(layer, "x", x, (meta.num_tokens, want.hidden), want.dtype)
+    device = x.device
+    expect(layer, "B", B, (meta.num_tokens, want.hidden), want.dtype, device)
+    expect(layer, "C", C, (meta.num_tokens, want.hidden), want.dtype, device)
+    if not isinstance(weights, ShortConvWeights):
+        raise BackendInputError(f"{layer}: weights must be a ShortConvWeights, got {type(weights).__name__}")
+    expect(layer, "conv_weight", weights.conv_weight, (want.hidden, want.width), want.dtype, device)
+    if want.spec.conv_bias:
+        if weights.conv_bias is None:
+            raise BackendInputError(f"{layer}: the spec has conv_bias=True but weights.conv_bias is None")
+        expect(layer, "conv_bias", weights.conv_bias, (want.hidden,), want.dtype, device)
+    elif weights.conv_bias is not None:
+        raise BackendInputError(f"{layer}: the spec has conv_bias=False but weights.conv_bias is set")
+    expect_state(layer, state, ("conv",))
+    pool = state["conv"]
+    expect(layer, "state['conv']", pool, (None, want.hidden, want.width - 1), want.state_dtype, device)
+    if meta.slot_min < 0 or meta.slot_max >= pool.shape[0]:
+        expect_slots(layer, meta.slots_cpu, pool.shape[0])
+    if meta.repeated_slots:
+        raise BackendInputError(f"{layer}: state slots {list(meta.repeated_slots)} are each given to more than "
+                                f"one sequence of the step (slots {meta.slots_cpu.tolist()})")
+    return pool
