@@ -62,13 +62,21 @@ class Plan:
     def __init__(self, environment: Environment, layers: tuple[LayerPlan, ...]):
         self.environment = environment
         self.layers = layers
-        groups: dict[tuple[str, StateSpec], list[str]] = {}
-        kinds: dict[tuple[str, StateSpec], str] = {}
+        # Layers that share a Selection share backend and state layout: collect
+        # by identity, then merge selections that agree (cheap for 1,000 layers).
+        by_selection: dict[int, tuple[Selection, list[str]]] = {}
         for layer in layers:
-            key = (layer.selection.chosen.name, layer.selection.state_spec)
-            groups.setdefault(key, []).append(layer.name)
-            kinds[key] = layer.kind
-        self.groups = tuple(Group(b, kinds[(b, s)], s, tuple(names)) for (b, s), names in groups.items())
+            entry = by_selection.get(id(layer.selection))
+            if entry is None:
+                entry = by_selection[id(layer.selection)] = (layer.selection, [])
+            entry[1].append(layer.name)
+        groups: dict[tuple[str, StateSpec], tuple[str, list[str]]] = {}
+        for selection, names in by_selection.values():
+            key = (selection.chosen.name, selection.state_spec)
+            groups.setdefault(key, (selection.kind, []))[1].extend(names)
+        order = {name: i for i, name in enumerate(layer.name for layer in layers)} if len(groups) < len(by_selection) else None
+        self.groups = tuple(Group(b, kind, s, tuple(sorted(names, key=order.__getitem__) if order else names))
+                            for (b, s), (kind, names) in groups.items())
 
     def __len__(self) -> int:
         return len(self.layers)

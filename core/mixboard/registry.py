@@ -151,14 +151,21 @@ class Registry:
             env = detect()
         if isinstance(overrides, str) or overrides is None:
             overrides = self.parse_overrides(overrides)
-        select = self.select
+        has_rules = bool(overrides)
+        # Models repeat the same spec object layer after layer: look those up
+        # by identity within this call before hashing specs for the memo.
+        by_identity: dict[tuple, Selection] = {}
         planned = []
         seen = set()
         for name, kind, spec in layers:
             if name in seen:
                 raise UsageError(f"layer name {name!r} appears twice")
             seen.add(name)
-            planned.append(LayerPlan(name, kind, spec, select(kind, spec, env, layer=name, overrides=overrides)))
+            key = (kind, id(spec), overrides.for_layer(name, kind) if has_rules else None)
+            selection = by_identity.get(key)
+            if selection is None:
+                selection = by_identity[key] = self.select(kind, spec, env, layer=name, overrides=overrides)
+            planned.append(LayerPlan(name, kind, spec, selection))
         return Plan(env, tuple(planned))
 
 

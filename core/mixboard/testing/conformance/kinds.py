@@ -1,0 +1,193 @@
+"""What the kit must know about a kind to test its backends: its oracle,
+the tensors a step feeds it, the weights a layer holds, and the shapes
+worth sweeping.
+
+Every kind's ``forward`` takes the step's per-token tensors first, then the
+layer's weights (kinds that have them), then ``state`` and ``meta``::
+
+    attention:  forward(q, k, v, state, meta)
+    mamba2:     forward(z, xBC, dt, weights, state, meta)
+
+A kind a plugin defines follows the same order; its plugin describes it
+with a :class:`KindAdapter` and gets a suite from
+``mixboard.testing.conformance.conformance_suite``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ...kinds.mamba1 import Mamba1Weights
+from ...kinds.mamba2 import Mamba2Weights
+from ...kinds.short_conv import ShortConvWeights
+from ..oracles import AttentionOracle, Mamba1Oracle, Mamba2Oracle, ShortConvOracle
+
+
+@dataclass(frozen=True)
+class KindAdapter:
+    """One kind, described for the kit.
+
+    kind: the kind's name. base: spec fields of the shape most cases use
+    (small, so the oracle stays fast). shapes: ``(id, fields)`` pairs swept
+    by one case each (fields override ``base``; a shape equal to another
+    for some dtype runs once). inputs: ``spec -> {name: (per-token shape,
+    scale)}`` in ``forward``'s order; the kit draws ``randn * scale``.
+    weights: ``(spec, generator) -> weights`` in float64 (the kit casts
+    them to the layer's dtype), or None for a kind without weights.
+    oracle: ``spec -> impl``, the reference.
+    """
+
+    kind: str
+    base: Mapping[str, Any]
+    inputs: Callable[[Any], Mapping[str, tuple[tuple[int, ...], float]]]
+    oracle: Callable[[Any], Any]
+    weights: Callable[[Any, torch.Generator], Any] | None = None
+    shapes: tuple[tuple[str, Mapping[str, Any]], ...] = field(default_factory=tuple)
+
+    def call(self, impl: Any, inputs: Mapping[str, torch.Tensor], weights: Any, state: Any, meta: Any):
+        args = list(inputs.values())
+        if self.weights is not None:
+            args.append(weights)
+        return impl.forward(*args, state, meta)
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def _randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float64) * scale
+
+
+def _uniform(gen: torch.Generator, lo: float, hi: float, *shape: int) -> torch.Tensor:
+    return lo + (hi - lo) * torch.rand(shape, generator=gen, dtype=torch.float64)
+
+
+def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
+    return torch.log(torch.expm1(y))
+
+
+def cast_weights(weights: Any, dtype: torch.dtype, device: Any) -> Any:
+    """A copy of a weights dataclass with every tensor in ``dtype`` on ``device``."""
+    if weights is None:
+        return None
+    fields = {k: (v.to(device=device, dtype=dtype) if isinstance(v, torch.Tensor) else v)
+              for k, v in vars(weights).items()}
+    return type(weights)(**fields)
+
+
+# Decays and steps are drawn so that state matters: dt in [0.05, 0.5] keeps a
+# few tokens of memory, so a backend that drops or misplaces its state is off
+# by far more than any tolerance.
+
+def mamba1_weights(spec, gen: torch.Generator) -> Mamba1Weights:
+    di, n, r, w = spec.d_inner, spec.d_state, spec.dt_rank, spec.d_conv
+    return Mamba1Weights(
+        conv_weight=_randn(gen, di, w, scale=0.5),
+        conv_bias=_randn(gen, di, scale=0.2) if spec.conv_bias else None,
+        x_proj_weight=_randn(gen, r + 2 * n, di, scale=di ** -0.5),
+        dt_proj_weight=_randn(gen, di, r, scale=0.5 * r ** -0.5),
+        dt_proj_bias=_inverse_softplus(_uniform(gen, 0.05, 0.5, di)),
+        A=-torch.exp(_uniform(gen, math.log(0.5), math.log(max(2.0, n)), di, n)),
+        D=_uniform(gen, 0.5, 1.5, di),
+    )
+
+
+def mamba2_weights(spec, gen: torch.Generator) -> Mamba2Weights:
+    h = spec.num_heads
+    return Mamba2Weights(
+        conv_weight=_randn(gen, spec.conv_dim, spec.d_conv, scale=0.5),
+        conv_bias=_randn(gen, spec.conv_dim, scale=0.2) if spec.conv_bias else None,
+        dt_bias=_inverse_softplus(_uniform(gen, 0.05, 0.5, h)),
+        A=-_uniform(gen, 0.5, 4.0, h),
+        D=_uniform(gen, 0.5, 1.5, h),
+        norm_weight=_uniform(gen, 0.5, 1.5, spec.d_inner),
+    )
+
+
+def short_conv_weights(spec, gen: torch.Generator) -> ShortConvWeights:
+    return ShortConvWeights(
+        conv_weight=_randn(gen, spec.hidden_size, spec.conv_width, scale=0.5),
+        conv_bias=_randn(gen, spec.hidden_size, scale=0.2) if spec.conv_bias else None,
+    )
+
+
+# --------------------------------------------------------------------------- the built-in kinds
+
+
+ATTENTION = KindAdapter(
+    kind="attention",
+    base=dict(num_heads=4, num_kv_heads=2, head_size=16),
+    inputs=lambda s: {"q": ((s.num_heads, s.head_size), 1.0),
+                      "k": ((s.num_kv_heads, s.head_size), 1.0),
+                      "v": ((s.num_kv_heads, s.head_size), 1.0)},
+    oracle=AttentionOracle,
+    shapes=(
+        ("mha", dict(num_heads=2, num_kv_heads=2, head_size=8)),
+        ("mqa", dict(num_heads=4, num_kv_heads=1, head_size=32)),
+        ("gqa4_head64", dict(num_heads=8, num_kv_heads=2, head_size=64)),
+        ("head128", dict(num_heads=2, num_kv_heads=1, head_size=128)),
+        ("head12", dict(num_heads=3, num_kv_heads=1, head_size=12)),
+        ("non_causal", dict(causal=False)),
+        ("sliding_window3", dict(sliding_window=3)),
+        ("soft_cap", dict(logits_soft_cap=1.5, scale=0.5)),
+        ("scale", dict(scale=0.4)),
+    ),
+)
+
+MAMBA1 = KindAdapter(
+    kind="mamba1",
+    base=dict(d_inner=16, d_state=4, d_conv=4, dt_rank=4),
+    inputs=lambda s: {"x": ((s.d_inner,), 1.0), "z": ((s.d_inner,), 1.0)},
+    oracle=Mamba1Oracle,
+    weights=mamba1_weights,
+    shapes=(
+        ("d_state16", dict(d_inner=32, d_state=16, dt_rank=2)),
+        ("d_conv2", dict(d_conv=2)),
+        ("d_conv3", dict(d_conv=3)),
+        ("no_conv_bias", dict(conv_bias=False)),
+        ("dt_rank1", dict(d_inner=24, dt_rank=1)),
+        ("d_inner12", dict(d_inner=12)),
+        ("state_float32", dict(state_dtype="float32")),
+    ),
+)
+
+MAMBA2 = KindAdapter(
+    kind="mamba2",
+    base=dict(num_heads=4, head_dim=4, d_state=8, n_groups=2, d_conv=4, chunk_size=4),
+    inputs=lambda s: {"z": ((s.d_inner,), 1.0), "xBC": ((s.conv_dim,), 1.0), "dt": ((s.num_heads,), 0.5)},
+    oracle=Mamba2Oracle,
+    weights=mamba2_weights,
+    shapes=(
+        ("one_group", dict(n_groups=1)),
+        ("group_per_head", dict(n_groups=4)),
+        ("head_dim8_d_state16", dict(head_dim=8, d_state=16, n_groups=1, chunk_size=8)),
+        ("chunk5", dict(chunk_size=5)),
+        ("d_conv2", dict(d_conv=2)),
+        ("no_conv_bias", dict(conv_bias=False)),
+        ("dt_limits", dict(dt_min=0.1, dt_max=0.3)),
+        ("state_float32", dict(state_dtype="float32")),
+    ),
+)
+
+SHORT_CONV = KindAdapter(
+    kind="short_conv",
+    base=dict(hidden_size=16, conv_width=3),
+    inputs=lambda s: {"B": ((s.hidden_size,), 1.0), "C": ((s.hidden_size,), 1.0), "x": ((s.hidden_size,), 1.0)},
+    oracle=ShortConvOracle,
+    weights=short_conv_weights,
+    shapes=(
+        ("width2", dict(conv_width=2)),
+        ("width4", dict(conv_width=4)),
+        ("width6", dict(conv_width=6)),
+        ("conv_bias", dict(conv_bias=True)),
+        ("hidden24", dict(hidden_size=24)),
+        ("hidden12", dict(hidden_size=12)),
+        ("state_float32", dict(state_dtype="float32")),
+    ),
+)
+
+ADAPTERS: dict[str, KindAdapter] = {a.kind: a for a in (ATTENTION, MAMBA1, MAMBA2, SHORT_CONV)}
