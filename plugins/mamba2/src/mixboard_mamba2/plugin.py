@@ -1,0 +1,11 @@
+"""Entry point ``mamba2``: the Mamba-2 backends of this distribution."""
+
+from mixboard import hookimpl
+
+from .torch_backend import Mamba2Torch
+from .triton_backend import Mamba2Triton
+
+
+@hookimpl
+def mixboard_backends():
+    return [Mamba2Torch, Mamba2Triton]

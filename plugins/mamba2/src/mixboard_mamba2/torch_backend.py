@@ -1,0 +1,35 @@
+"""Backend ``mamba2_torch``: Mamba-2 in plain PyTorch, on any torch device.
+
+Declarations only; torch is imported when the backend is built
+(``torch_impl.py``), so listing and explaining stay fast.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from mixboard import Backend
+from mixboard.kinds.mamba2 import Mamba2Spec
+
+
+class Mamba2Torch(Backend):
+    name = "mamba2_torch"
+    kind = "mamba2"
+    priority = 10
+    devices = ("*",)
+    dtypes = ("float32", "bfloat16", "float16")
+    api_version = 1
+    description = "Mamba-2 SSD in PyTorch: chunked prefill scan, batched decode step (any torch device)"
+
+    @classmethod
+    def builder(cls, spec: Mamba2Spec, env: Any):
+        from .step import plan_step
+
+        return partial(plan_step, conv_width=spec.d_conv)
+
+    @classmethod
+    def make_impl(cls, spec: Mamba2Spec, env: Any):
+        from .torch_impl import Mamba2TorchImpl
+
+        return Mamba2TorchImpl(spec)

@@ -1,0 +1,61 @@
+"""The ``mamba2_torch`` impl: Mamba-2 in plain PyTorch.
+
+Decodes are one batched state update; each prefill is a chunked SSD scan
+(``ssd.py``) from its saved state or zeros. The conv is mixboard's shared
+ragged causal conv; the gated RMSNorm follows transformers'
+MambaRMSNormGated. The scan runs in float32 whatever the layer's dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from mixboard.kinds.mamba2 import Mamba2Impl, Mamba2Spec, Mamba2Weights
+from mixboard.ops.causal_conv import causal_conv1d
+
+from .gated_norm import gated_rmsnorm
+from .inputs import check_inputs
+from .ssd import discretize, ssd_decode, ssd_prefill
+from .step import as_step
+
+
+def conv_weights_as(weights: Mamba2Weights, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The conv weight and bias in the activations' dtype (F.conv1d needs them equal)."""
+    weight, bias = weights.conv_weight, weights.conv_bias
+    if weight.dtype == dtype and (bias is None or bias.dtype == dtype):
+        return weight, bias
+    return weight.to(dtype), None if bias is None else bias.to(dtype)
+
+
+class Mamba2TorchImpl(Mamba2Impl):
+    def __init__(self, spec: Mamba2Spec):
+        self.spec = spec
+
+    def forward(self, z: torch.Tensor, xBC: torch.Tensor, dt: torch.Tensor, weights: Mamba2Weights,
+                state: Mapping[str, torch.Tensor], meta: Any) -> torch.Tensor:
+        spec = self.spec
+        step = as_step(self.layer_name, meta, spec)
+        conv_pool, ssm_pool = check_inputs(self.layer_name, spec, z, xBC, dt, weights, state, step)
+        T, H, P, G, N, DI = step.num_tokens, spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state, spec.d_inner
+
+        conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
+        xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv, activation="silu").float()
+        x = xbc[:, :DI].view(T, H, P)
+        B = xbc[:, DI:DI + G * N].view(T, G, N)
+        C = xbc[:, DI + G * N:].view(T, G, N)
+        dts = discretize(dt, weights.dt_bias, spec.dt_min, spec.dt_max)
+        A = weights.A.float()
+
+        y = torch.empty(T, H, P, dtype=torch.float32, device=xBC.device)
+        nd = step.num_decodes
+        if nd:
+            y[:nd] = ssd_decode(ssm_pool, step.decode_slots, step.decode_slot_list, x[:nd], dts[:nd], A, B[:nd],
+                                 C[:nd])
+        for p in step.prefills:
+            initial = ssm_pool[p.slot].float() if p.continues else None
+            s = slice(p.start, p.end)
+            y[s], final = ssd_prefill(x[s], dts[s], A, B[s], C[s], spec.chunk_size, initial)
+            ssm_pool[p.slot] = final.to(ssm_pool.dtype)
+        y.addcmul_(weights.D.float().view(1, H, 1), x)
+        return gated_rmsnorm(y.view(T, DI), z, weights.norm_weight, DI // G, spec.norm_eps, xBC.dtype)
