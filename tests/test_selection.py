@@ -218,3 +218,19 @@ def test_fingerprint_is_stable_across_processes_and_changes_with_the_choice():
     assert there.stdout.strip() == here
     assert r.plan(_hybrid_layers(12), CPU, overrides="model.layers.0.*=portable").fingerprint == here
     assert r.plan(_hybrid_layers(12), H100).fingerprint != here  # attention moves to 'fast'
+
+
+def test_plan_block_multiple_is_the_lcm_of_paged_groups():
+    class Paged256(Backend):
+        name, kind, devices, dtypes, api_version = "paged256", "attention", ("*",), ("float32",), 1
+
+        @classmethod
+        def state_spec(cls, spec):
+            return StateSpec.paged(block_multiple=256, k=((spec.num_kv_heads, spec.head_size), spec.dtype))
+
+    r = registry(PORTABLE, SSM)
+    layers = [("a.0", "attention", AttentionSpec()), ("m.1", "mamba2", Mamba2Spec())]
+    assert r.plan(layers, CPU).block_multiple == 1
+    assert registry(Paged256, SSM).plan(layers, CPU).block_multiple == 256
+    with pytest.raises(ValueError, match="paged state only"):
+        StateSpec("slots", (), block_multiple=2)

@@ -34,6 +34,9 @@ class CommonBatchMetadata:
     seq_lens_cpu: torch.Tensor
     context_lens_cpu: torch.Tensor
     state_slots_cpu: torch.Tensor
+    block_table_cpu: torch.Tensor
+    # (smallest, largest) block id the step reads or writes; (0, -1) without paged state.
+    block_range: tuple[int, int] = (0, -1)
 
     @property
     def num_prefills(self) -> int:
@@ -73,12 +76,14 @@ class CommonBatchMetadata:
         table = torch.zeros((n, max_blocks), dtype=torch.int32)
         slot_mapping: list[int] = []
         paged = any(len(t) for t in block_tables)  # a model without paged state passes no blocks
+        used_blocks: list[int] = []
         for i, (blocks, c, s) in enumerate(zip(block_tables, context_lens, seq_lens)):
             if not paged:
                 break
             if len(blocks) * block_size < s:
                 raise ValueError(f"sequence {i} holds {s} tokens but its {len(blocks)} blocks of {block_size} hold fewer")
             table[i, : len(blocks)] = torch.tensor(list(blocks), dtype=torch.int32)
+            used_blocks.extend(blocks[: -(-s // block_size)])
             slot_mapping.extend(blocks[p // block_size] * block_size + p % block_size for p in range(c, s))
         qsl = torch.zeros(n + 1, dtype=torch.int32)
         qsl[1:] = torch.cumsum(torch.tensor(list(query_lens), dtype=torch.int32), 0)
@@ -102,4 +107,6 @@ class CommonBatchMetadata:
             seq_lens_cpu=seq_cpu,
             context_lens_cpu=ctx_cpu,
             state_slots_cpu=slots_cpu,
+            block_table_cpu=table,
+            block_range=(min(used_blocks), max(used_blocks)) if used_blocks else (0, -1),
         )

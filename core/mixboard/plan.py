@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping
 
 from .environment import Environment
 from .selection import Selection
-from .state import StateSpec
+from .state import PAGED, StateSpec
 
 
 class LayerPlan:
@@ -77,6 +78,11 @@ class Plan:
         order = {name: i for i, name in enumerate(layer.name for layer in layers)} if len(groups) < len(by_selection) else None
         self.groups = tuple(Group(b, kind, s, tuple(sorted(names, key=order.__getitem__) if order else names))
                             for (b, s), (kind, names) in groups.items())
+
+    @property
+    def block_multiple(self) -> int:
+        """Paged pools share one block size: it must be a multiple of this (the lcm of every paged group's need)."""
+        return math.lcm(1, *(g.state_spec.block_multiple for g in self.groups if g.state_spec.layout == PAGED))
 
     def __len__(self) -> int:
         return len(self.layers)

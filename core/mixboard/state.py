@@ -39,15 +39,19 @@ class TensorSpec:
 class StateSpec:
     layout: str
     tensors: tuple[tuple[str, TensorSpec], ...]
+    # paged only: the pools' block size must be a multiple of this (flash-attn's paged kernel needs 256)
+    block_multiple: int = 1
 
     def __post_init__(self):
         if self.layout not in (PAGED, SLOTS):
             raise ValueError(f"state layout must be {PAGED!r} or {SLOTS!r}, not {self.layout!r}")
+        if self.block_multiple < 1 or (self.layout == SLOTS and self.block_multiple != 1):
+            raise ValueError("block_multiple must be a positive int, and applies to paged state only")
 
     @classmethod
-    def paged(cls, **tensors: tuple[tuple[int, ...], str]) -> "StateSpec":
+    def paged(cls, *, block_multiple: int = 1, **tensors: tuple[tuple[int, ...], str]) -> "StateSpec":
         """Per-token records: ``StateSpec.paged(k=((heads, dim), "bfloat16"), ...)``."""
-        return cls(PAGED, tuple((n, TensorSpec(tuple(s), d)) for n, (s, d) in tensors.items()))
+        return cls(PAGED, tuple((n, TensorSpec(tuple(s), d)) for n, (s, d) in tensors.items()), block_multiple)
 
     @classmethod
     def slots(cls, **tensors: tuple[tuple[int, ...], str]) -> "StateSpec":
@@ -59,7 +63,7 @@ class StateSpec:
         return sum(t.nbytes() for _, t in self.tensors)
 
     def to_dict(self) -> dict:
-        return {
-            "layout": self.layout,
-            "tensors": {n: {"shape": list(t.shape), "dtype": t.dtype} for n, t in self.tensors},
-        }
+        out = {"layout": self.layout, "tensors": {n: {"shape": list(t.shape), "dtype": t.dtype} for n, t in self.tensors}}
+        if self.block_multiple != 1:
+            out["block_multiple"] = self.block_multiple
+        return out

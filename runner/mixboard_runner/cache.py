@@ -24,7 +24,8 @@ DEFAULT_BLOCK_SIZE = 16
 class CacheManager:
     def __init__(self, plan, device: torch.device | str, memory_bytes: int, max_seqs: int,
                  block_size: int = DEFAULT_BLOCK_SIZE):
-        self.block_size = block_size
+        # a backend may need blocks of a multiple of some size (flash-attn: 256)
+        self.block_size = block_size = math.lcm(block_size, plan.block_multiple)
         paged = [(name, g.state_spec) for g in plan.groups if g.state_spec.layout == PAGED for name in g.layers]
         slots = [(name, g.state_spec) for g in plan.groups if g.state_spec.layout != PAGED for name in g.layers]
         block_bytes = block_size * sum(spec.record_bytes() for _, spec in paged)

@@ -110,3 +110,23 @@ def test_text_prompts_through_tokenizer_json(tmp_path, llama):
     out = engine.generate(["hello hybrid models"], SamplingParams(max_tokens=3, ignore_eos=True))[0]
     assert out.prompt_ids == [1, 5, 6]
     assert out.text == tok.decode(out.output_ids)
+
+
+def test_cache_blocks_follow_a_backends_block_multiple(llama, engine):
+    from mixboard import Registry, StateSpec, get_registry
+
+    sdpa = get_registry().backends["sdpa"].cls
+
+    class Sdpa48(sdpa):  # the same kernel, asking for blocks of a multiple of 48 tokens
+        name = "sdpa48"
+
+        @classmethod
+        def state_spec(cls, spec):
+            token = (spec.num_kv_heads, spec.head_size)
+            return StateSpec.paged(block_multiple=48, k_cache=(token, spec.dtype), v_cache=(token, spec.dtype))
+
+    odd = Engine(llama[0], cache_memory=2**20, registry=Registry.from_backends([Sdpa48]))
+    assert odd.cache.block_size == 48  # lcm(16, 48)
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    batch = prompts(3)
+    assert [o.output_ids for o in odd.generate(batch, params)] == [o.output_ids for o in engine.generate(batch, params)]

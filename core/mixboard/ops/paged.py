@@ -1,0 +1,44 @@
+"""Paged K/V: the checks and the cache write every attention backend needs."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from ..dtypes import torch_dtype
+from ..kinds.attention import AttentionSpec
+from .checks import BackendInputError, expect, expect_state
+
+
+def check_paged_inputs(layer: str, spec: AttentionSpec, q: Any, k: Any, v: Any, state: Mapping[str, Any],
+                       num_tokens: int, block_size: int, block_range: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raise BackendInputError unless q, k, v and the canonical pools fit the
+    spec and the step; return (k_cache, v_cache). Reads only shapes, dtypes,
+    devices and host-side facts, so it never waits for the device."""
+    dtype = torch_dtype(spec.dtype)
+    T, H, KVH, D = num_tokens, spec.num_heads, spec.num_kv_heads, spec.head_size
+    expect(layer, "q", q, (T, H, D), dtype)
+    device = q.device
+    expect(layer, "k", k, (T, KVH, D), dtype, device)
+    expect(layer, "v", v, (T, KVH, D), dtype, device)
+    expect_state(layer, state, ("k_cache", "v_cache"))
+    k_cache, v_cache = state["k_cache"], state["v_cache"]
+    expect(layer, "state['k_cache']", k_cache, (None, block_size, KVH, D), dtype, device)
+    expect(layer, "state['v_cache']", v_cache, (k_cache.shape[0], block_size, KVH, D), dtype, device)
+    for name, pool in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not pool.is_contiguous():  # written through a flat view
+            raise BackendInputError(f"{layer}: state[{name!r}] must be contiguous, got strides {list(pool.stride())}")
+    lo, hi = block_range
+    if lo < 0 or hi >= k_cache.shape[0]:
+        raise BackendInputError(f"{layer}: the step's block table or slot mapping uses blocks {lo}..{hi}, "
+                                f"but state['k_cache'] has blocks 0..{k_cache.shape[0] - 1}")
+    return k_cache, v_cache
+
+
+def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor) -> None:
+    """Store this step's k, v ([T, kv_heads, D]) at their flat token slots."""
+    kvh, d = k.shape[1], k.shape[2]
+    k_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, v)

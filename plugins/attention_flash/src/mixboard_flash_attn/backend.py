@@ -1,0 +1,91 @@
+"""``flash_attn``: FlashAttention-2's varlen kernel over the paged K/V cache.
+
+This module is what listing and selection read; it imports neither torch
+nor flash_attn. The limits below are flash-attn 2.8's (csrc/flash_attn/flash_api.cpp).
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from mixboard import Backend, StateSpec
+
+MIN_CAPABILITY = (8, 0)  # "FlashAttention only supports Ampere GPUs or newer"
+MAX_HEAD_SIZE = 256
+HEAD_SIZE_MULTIPLE = 8
+MIN_VERSION = (2, 6)  # softcap in the varlen kernel (block_table came in 2.5)
+PAGE_MULTIPLE = 256  # "Paged KV cache block size must be divisible by 256"
+
+INSTALL_HINT = ("pip install 'mixboard-flash-attn[flash]' on a CUDA machine; flash-attn builds only with "
+                "CUDA (nvcc), see its README")
+
+
+class FlashAttention(Backend):
+    name = "flash_attn"
+    kind = "attention"
+    priority = 100
+    devices = ("cuda",)
+    dtypes = ("bfloat16", "float16")
+    requires = ("flash_attn",)
+    install_hint = INSTALL_HINT
+    api_version = 1
+    description = (f"flash-attn 2 varlen kernel over the paged cache (block_table); compute capability >= 8.0, "
+                   f"head sizes up to {MAX_HEAD_SIZE} in multiples of {HEAD_SIZE_MULTIPLE}, "
+                   f"cache blocks of a multiple of {PAGE_MULTIPLE} tokens")
+
+    @classmethod
+    def state_spec(cls, spec):
+        """The canonical K/V layout, in blocks flash-attn's paged kernel accepts."""
+        token = (spec.num_kv_heads, spec.head_size)
+        return StateSpec.paged(block_multiple=PAGE_MULTIPLE, k_cache=(token, spec.dtype), v_cache=(token, spec.dtype))
+
+    @classmethod
+    def check(cls, spec, env):
+        reasons = []
+        if env.device == "cuda":  # elsewhere the device reason already says it all
+            if env.capability is None:
+                reasons.append("needs compute capability 8.0 or newer (Ampere, Ada, Hopper), and this environment's "
+                               "is unknown; pass --capability")
+            elif env.capability < MIN_CAPABILITY:
+                reasons.append(f"needs compute capability 8.0 or newer (Ampere, Ada, Hopper); this GPU has "
+                               f"{env.capability_text}")
+        if spec.head_size > MAX_HEAD_SIZE or spec.head_size % HEAD_SIZE_MULTIPLE:
+            # flash-attn would pad head_size to a multiple of 8 by copying the whole paged cache on every call
+            reasons.append(f"head_size {spec.head_size} is not supported: flash-attn takes head sizes up to "
+                           f"{MAX_HEAD_SIZE} that are multiples of {HEAD_SIZE_MULTIPLE}")
+        installed = _installed_version()
+        if installed is not None and installed < MIN_VERSION:
+            reasons.append(f"flash-attn {'.'.join(map(str, installed))} is installed; this backend needs "
+                           f"{'.'.join(map(str, MIN_VERSION))} or newer ({INSTALL_HINT})")
+        return reasons
+
+    @classmethod
+    def builder(cls, spec, env):
+        from .meta import build_meta  # imports torch: only when a model is built
+
+        return build_meta
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        try:
+            from flash_attn import flash_attn_varlen_func
+        except ImportError as exc:
+            raise ImportError(f"the flash_attn backend needs flash-attn: {INSTALL_HINT} ({exc})") from exc
+        from .impl import FlashAttentionImpl
+
+        return FlashAttentionImpl(spec, flash_attn_varlen_func)
+
+
+def _installed_version() -> tuple[int, ...] | None:
+    """flash-attn's version from its distribution metadata (no import), or None if unknown."""
+    try:
+        text = metadata.version("flash-attn")
+    except metadata.PackageNotFoundError:
+        return None
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(c for c in piece if c.isdigit())
+        if not digits:
+            return None
+        parts.append(int(digits))
+    return tuple(parts)
