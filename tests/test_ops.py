@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mixboard import CommonBatchMetadata
-from mixboard.ops.causal_conv import ConvIndex, causal_conv1d
+from mixboard.ops.causal_conv import ConvIndex, causal_conv1d, causal_conv1d_step
 from mixboard.ops.checks import BackendInputError, expect, expect_slots
 from mixboard.ops.slots import gather_slots, scatter_slots
 
@@ -57,3 +57,20 @@ def test_input_checks_name_the_layer_and_what_was_expected():
         expect("l", "q", torch.zeros(2), (2,), dtype=torch.bfloat16)
     with pytest.raises(BackendInputError, match=r"state slot \[0, 7\] out of range: the pool has 4 slots"):
         expect_slots("l", torch.tensor([0, 7]), 4)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_causal_conv_step_equals_the_ragged_conv_for_decodes(bias):
+    torch.manual_seed(1)
+    dim, width, slots = 6, 4, 5
+    pool = torch.randn(slots, dim, width - 1, dtype=torch.float64)
+    x = torch.randn(3, dim, dtype=torch.float64)
+    weight = torch.randn(dim, width, dtype=torch.float64)
+    b = torch.randn(dim, dtype=torch.float64) if bias else None
+    seq_slots = [3, 0, 4]
+    meta = CommonBatchMetadata.build([1, 1, 1], [5, 2, 9], seq_slots, [[0]] * 3, 16)
+    ragged_pool = pool.clone()
+    expected = causal_conv1d(x, weight, b, ragged_pool, ConvIndex.build(meta, width), activation="silu")
+    got = causal_conv1d_step(x, weight, b, pool, torch.tensor(seq_slots), activation="silu")
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(pool, ragged_pool)

@@ -70,14 +70,29 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     # work vectorized over channels; a depthwise F.conv1d over the same
     # channel-last row is 2-4x slower on CPU.
     keep, rows = index.width - 1, index.ext_len - index.width + 1
-    out = ext[keep:] * weight[:, keep]
+    out = ext[keep:] * weight[:, keep] if bias is None else torch.addcmul(bias, ext[keep:], weight[:, keep])
     for k in range(keep):
         out.addcmul_(ext[k:k + rows], weight[:, k])
     out = out.index_select(0, index.out_pos)
-    if bias is not None:
-        out += bias
     save_final_state(ext, conv_state, index)
-    return F.silu(out) if activation == "silu" else out
+    return F.silu(out, inplace=True) if activation == "silu" else out
+
+
+def causal_conv1d_step(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, conv_state: torch.Tensor,
+                       slots: torch.Tensor, activation: str | None = None) -> torch.Tensor:
+    """One new token per sequence (a batch of decodes): no conv over a sequence.
+
+    x: [N, D]; conv_state: the pool [S, D, W - 1]; slots: [N] int64, each
+    sequence's record, which shifts by one (the oldest input dropped, x
+    appended). Whole [N, D] multiply-adds rather than ops over the tiny last
+    axis, which are several times slower on CPU."""
+    state = conv_state.index_select(0, slots)  # [N, D, W-1], oldest first
+    keep = state.shape[-1]
+    out = x * weight[:, keep] if bias is None else torch.addcmul(bias, x, weight[:, keep])
+    for k in range(keep):
+        out.addcmul_(state[:, :, k].to(x.dtype), weight[:, k])
+    conv_state.index_copy_(0, slots, torch.cat([state[:, :, 1:], x.unsqueeze(-1).to(state.dtype)], dim=-1))
+    return F.silu(out, inplace=True) if activation == "silu" else out
 
 
 def extend(x: torch.Tensor, conv_state: torch.Tensor, index: ConvIndex) -> torch.Tensor:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import torch
 from mixboard.kinds.mamba2 import Mamba2Impl, Mamba2Spec, Mamba2Weights
-from mixboard.ops.causal_conv import causal_conv1d
+from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
 
 from .gated_norm import gated_rmsnorm
 from .inputs import check_inputs
@@ -40,7 +40,11 @@ class Mamba2TorchImpl(Mamba2Impl):
         T, H, P, G, N, DI = step.num_tokens, spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state, spec.d_inner
 
         conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
-        xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv, activation="silu").float()
+        if step.num_decodes == T:  # decodes only: one window per sequence, no conv over a sequence
+            xbc = causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu")
+        else:
+            xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv, activation="silu")
+        xbc = xbc.float()
         x = xbc[:, :DI].view(T, H, P)
         B = xbc[:, DI:DI + G * N].view(T, G, N)
         C = xbc[:, DI + G * N:].view(T, G, N)

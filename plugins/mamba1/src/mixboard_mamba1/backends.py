@@ -1,0 +1,92 @@
+"""The two mamba1 backends' declarations. Nothing heavy is imported here:
+listing and selecting must not pay for torch or the CUDA libraries."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from mixboard import Backend
+
+from .versions import MIN_VERSIONS, too_old
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class Mamba1Torch(Backend):
+    name = "mamba1_torch"
+    kind = "mamba1"
+    priority = 10
+    devices = ("*",)
+    dtypes = DTYPES
+    api_version = 1
+    description = "portable PyTorch: chunked selective scan for prefills, one fused step for decodes"
+
+    @classmethod
+    def builder(cls, spec, env):
+        from .meta import build_meta
+
+        return lambda common: build_meta(common, spec.d_conv)
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .torch_impl import Mamba1TorchImpl
+
+        return Mamba1TorchImpl(spec)
+
+
+class Mamba1Cuda(Backend):
+    name = "mamba1_cuda"
+    kind = "mamba1"
+    priority = 100
+    devices = ("cuda",)
+    dtypes = DTYPES
+    requires = ("mamba_ssm", "causal_conv1d")
+    install_hint = "pip install 'mixboard-mamba1[cuda]' (builds CUDA kernels; needs a CUDA toolchain)"
+    api_version = 1
+    description = "mamba-ssm's selective scan and state update, causal-conv1d's conv (CUDA)"
+
+    @classmethod
+    def check(cls, spec, env):
+        reasons = []
+        if not 2 <= spec.d_conv <= 4:
+            reasons.append(f"causal-conv1d supports conv widths 2 to 4; the layer's d_conv is {spec.d_conv}")
+        if spec.d_inner % 8:
+            reasons.append(f"causal-conv1d's channel-last layout (needed for initial conv states) wants d_inner "
+                           f"divisible by 8; the layer's d_inner is {spec.d_inner}")
+        if spec.d_state > 256:
+            reasons.append(f"mamba-ssm's selective scan supports d_state up to 256; the layer's d_state is {spec.d_state}")
+        for dist, minimum in MIN_VERSIONS.items():
+            installed = _installed(dist)
+            if installed is not None and too_old(installed, minimum):
+                reasons.append(f"{dist} {installed} is installed; mamba1_cuda needs {dist}>={minimum}: "
+                               f"pip install -U '{dist}>={minimum}'")
+        return reasons
+
+    @classmethod
+    def state_spec(cls, spec):
+        # causal-conv1d reads and writes the conv state in the activations' dtype,
+        # so only the SSM state may follow spec.state_dtype.
+        from mixboard.state import StateSpec
+
+        return StateSpec.slots(conv=((spec.d_inner, spec.d_conv - 1), spec.dtype),
+                               ssm=((spec.d_inner, spec.d_state), spec.state_dtype or spec.dtype))
+
+    @classmethod
+    def builder(cls, spec, env):
+        from .meta import build_meta
+
+        return lambda common: build_meta(common, spec.d_conv, conv_index=False)
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .cuda_impl import Mamba1CudaImpl
+
+        return Mamba1CudaImpl(spec)
+
+
+def _installed(dist: str) -> str | None:
+    """The installed version, or None where no metadata says (a source tree on sys.path)."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None

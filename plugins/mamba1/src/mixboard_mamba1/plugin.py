@@ -1,0 +1,10 @@
+"""Entry point ``mamba1`` of distribution mixboard-mamba1."""
+
+from mixboard import hookimpl
+
+from .backends import Mamba1Cuda, Mamba1Torch
+
+
+@hookimpl
+def mixboard_backends():
+    return [Mamba1Torch, Mamba1Cuda]

@@ -1,0 +1,96 @@
+"""mamba1_torch: Mamba1 in portable PyTorch, on any device.
+
+A step runs in float32 whatever the layer's dtype (as the CUDA kernels do)
+and casts y back at the end:
+
+* conv: mixboard.ops.causal_conv over the whole ragged batch; a batch of
+  decodes only takes ``causal_conv1d_step`` (one window per sequence, no conv over a
+  sequence);
+* x_proj, dt_proj and softplus for all tokens at once;
+* decodes: one fused state update for all of them (``ssm_step``);
+* prefills: the chunked scan of ``scan.py``, one sequence at a time, from
+  the slot's state (zeros for a fresh sequence); the final state goes back.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mixboard.kinds.mamba1 import Mamba1Impl, Mamba1Spec
+from mixboard.ops.causal_conv import ConvIndex, causal_conv1d, causal_conv1d_step
+
+from .inputs import InputChecks, as_float
+from .meta import Mamba1Meta, as_meta
+from .scan import LOG2E, ScanWorkspace, selective_scan
+
+
+class Mamba1TorchImpl(Mamba1Impl):
+    def __init__(self, spec: Mamba1Spec):
+        self.spec = spec
+        self.check = InputChecks(spec)
+
+    def forward(self, x, z, weights, state, meta):
+        spec, layer = self.spec, self.layer_name
+        meta = as_meta(layer, meta, spec.d_conv)
+        self.check(layer, x, z, weights, state, meta)
+        conv_pool, ssm_pool = state["conv"], state["ssm"]
+        x32 = x.float()
+        conv_w, conv_b = weights.conv_weight.float(), as_float(weights.conv_bias)
+        if meta.all_decodes:
+            xc = causal_conv1d_step(x32, conv_w, conv_b, conv_pool, meta.decode_slots, activation="silu")
+        else:
+            index = meta.conv_index or ConvIndex.build(meta.common, spec.d_conv)  # a meta built without it
+            xc = causal_conv1d(x32, conv_w, conv_b, conv_pool, index, activation="silu")
+        dt, B, C = project(xc, weights, spec)
+        A, D = weights.A.float(), weights.D.float()
+        nd = meta.num_decodes
+        y = torch.empty_like(x)
+        if nd:
+            y_dec = ssm_step(ssm_pool, meta, xc[:nd], dt[:nd], A, B[:nd], C[:nd])
+            y[:nd] = y_dec.addcmul_(xc[:nd], D).mul_(F.silu(z[:nd].float()))
+        workspace = ScanWorkspace()
+        for p in meta.prefills:
+            h0 = torch.zeros_like(A) if p.fresh else ssm_pool[p.slot].float()
+            rows = slice(p.start, p.end)
+            ssm_pool[p.slot] = selective_scan(xc[rows], dt[rows], A, B[rows], C[rows], h0, out=y[rows], skip=D,
+                                              z=z[rows], workspace=workspace)
+        return y
+
+
+def project(xc: torch.Tensor, weights, spec: Mamba1Spec):
+    """dt = softplus(dt_proj(x_proj(x)[:dt_rank]) + bias), B, C: the input-dependent parameters."""
+    R, N = spec.dt_rank, spec.d_state
+    x_dbl = xc @ weights.x_proj_weight.float().t()
+    dt = F.softplus(F.linear(x_dbl[:, :R], weights.dt_proj_weight.float(), weights.dt_proj_bias.float()))
+    return dt, x_dbl[:, R:R + N], x_dbl[:, R + N:]
+
+
+class SlotRecords:
+    """The decodes' records of one pool: a view where their slots are consecutive
+    (updated in place), else a gathered copy that ``store`` scatters back."""
+
+    def __init__(self, pool: torch.Tensor, meta: Mamba1Meta):
+        self.pool, self.meta = pool, meta
+        if meta.decode_range is not None:
+            self.records = pool[meta.decode_range[0]:meta.decode_range[1]]
+        else:
+            self.records = pool.index_select(0, meta.decode_slots)
+
+    def store(self, records: torch.Tensor) -> None:
+        if self.meta.decode_range is not None:
+            if records is not self.records:
+                self.records.copy_(records)
+        else:
+            self.pool.index_copy_(0, self.meta.decode_slots, records.to(self.pool.dtype))
+
+
+def ssm_step(pool: torch.Tensor, meta: Mamba1Meta, u, dt, A, B, C) -> torch.Tensor:
+    """One token for each decode: h = exp(dt A) h + dt u B, y = C . h. Returns y [n, D]."""
+    saved = SlotRecords(pool, meta)
+    h = saved.records if saved.records.dtype == torch.float32 else saved.records.float()  # [n, D, N]
+    decay = torch.mul(dt.unsqueeze(-1), A * LOG2E).exp2_()  # exp(dt A), by the cheaper exp2 kernel
+    h.mul_(decay).addcmul_((dt * u).unsqueeze(-1), B.unsqueeze(1))
+    saved.store(h)
+    # [1, N] @ [N, D] per sequence: the transposed view keeps D the long axis of the product.
+    return torch.bmm(C.unsqueeze(1), h.transpose(1, 2)).squeeze(1)
