@@ -72,3 +72,15 @@ def test_detected_environment_on_this_machine():
     env = resolve()
     assert env.torch_version == torch.__version__
     assert env.device == ("cuda" if torch.cuda.is_available() else env.device)
+
+
+def test_weights_records_require_every_field_and_copy_with_replace():
+    from mixboard import ShortConvWeights
+
+    w = ShortConvWeights(conv_weight=1, conv_bias=None)
+    assert (w.conv_weight, w.conv_bias) == (1, None)
+    assert w.replace(conv_bias=2).conv_bias == 2 and w.conv_bias is None
+    with pytest.raises(TypeError, match="missing conv_bias"):
+        ShortConvWeights(conv_weight=1)
+    with pytest.raises(TypeError, match="unexpected or repeated field 'bias'"):
+        ShortConvWeights(conv_weight=1, conv_bias=None, bias=3)

@@ -9,7 +9,6 @@ named backend must serve the layer or selection fails.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from .errors import UsageError
@@ -18,10 +17,12 @@ _GLOB = re.compile(r"[.*?\[]")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass(frozen=True)
 class Overrides:
-    kind_rules: tuple[tuple[str, str], ...] = ()  # (kind, backend)
-    layer_rules: tuple[tuple[str, str], ...] = ()  # (pattern, backend), in the order written
+    __slots__ = ("kind_rules", "layer_rules")
+
+    def __init__(self, kind_rules: tuple[tuple[str, str], ...] = (), layer_rules: tuple[tuple[str, str], ...] = ()):
+        self.kind_rules = kind_rules  # (kind, backend)
+        self.layer_rules = layer_rules  # (pattern, backend), in the order written
 
     @classmethod
     def parse(cls, text: str | None, kinds=None) -> "Overrides":

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping
 
@@ -48,15 +47,19 @@ class LayerPlan:
         }
 
 
-@dataclass(frozen=True)
 class Group:
-    backend: str
-    kind: str
-    state_spec: StateSpec
-    layers: tuple[str, ...]
+    """Layers that share a backend and a state layout."""
+
+    __slots__ = ("backend", "kind", "state_spec", "layers")
+
+    def __init__(self, backend: str, kind: str, state_spec: StateSpec, layers: tuple[str, ...]):
+        self.backend, self.kind, self.state_spec, self.layers = backend, kind, state_spec, layers
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "kind": self.kind, "state": self.state_spec.to_dict(), "layers": list(self.layers)}
+
+    def __repr__(self) -> str:
+        return f"Group({self.backend!r}, {len(self.layers)} layers)"
 
 
 class Plan:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Iterable
 
@@ -35,17 +34,19 @@ GROUP = "mixboard"
 HOOK_NAMES = ("mixboard_backends", "mixboard_kinds")
 
 
-@dataclass
+# Plain classes, not dataclasses: these modules load in every process that
+# plans, and each dataclass costs about a millisecond to create at import.
 class PluginRecord:
     """What ``mixboard plugins`` shows for one entry point."""
 
-    name: str
-    distribution: str | None = None
-    version: str | None = None
-    status: str = "ok"  # "ok" | "error" | "disabled"
-    errors: list[str] = field(default_factory=list)
-    backends: list[str] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)
+    __slots__ = ("name", "distribution", "version", "status", "errors", "backends", "kinds")
+
+    def __init__(self, name: str, distribution: str | None = None, version: str | None = None, status: str = "ok"):
+        self.name, self.distribution, self.version = name, distribution, version
+        self.status = status  # "ok" | "error" | "disabled"
+        self.errors: list[str] = []
+        self.backends: list[str] = []
+        self.kinds: list[str] = []
 
     def fault(self, cause: str) -> None:
         self.status = "error"
@@ -66,26 +67,31 @@ class PluginRecord:
             "backends": list(self.backends),
         }
 
+    def __repr__(self) -> str:
+        return f"PluginRecord({self.name!r}, {self.distribution!r}, {self.version!r}, {self.status!r})"
 
-@dataclass(frozen=True)
+
 class BackendEntry:
     """A registered backend and where it came from."""
 
-    cls: type
-    plugin: str
-    distribution: str | None
-    version: str | None
+    __slots__ = ("cls", "plugin", "distribution", "version")
+
+    def __init__(self, cls: type, plugin: str, distribution: str | None, version: str | None):
+        self.cls, self.plugin, self.distribution, self.version = cls, plugin, distribution, version
 
     @property
     def name(self) -> str:
         return self.cls.name
 
+    def __repr__(self) -> str:
+        return f"BackendEntry({self.name!r} from {self.distribution or self.plugin})"
 
-@dataclass
+
 class Loaded:
-    kinds: dict[str, Kind]
-    backends: dict[str, BackendEntry]
-    plugins: list[PluginRecord]
+    __slots__ = ("kinds", "backends", "plugins")
+
+    def __init__(self, kinds: dict[str, Kind], backends: dict[str, BackendEntry], plugins: list[PluginRecord]):
+        self.kinds, self.backends, self.plugins = kinds, backends, plugins
 
     @property
     def faults(self) -> list[str]:

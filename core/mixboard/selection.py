@@ -10,7 +10,6 @@ every process on every rank picks the same whatever the entry-point order.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -20,11 +19,11 @@ from .plugins import BackendEntry
 from .state import StateSpec
 
 
-@dataclass(frozen=True)
 class Candidate:
-    name: str
-    priority: int
-    reasons: tuple[str, ...]
+    __slots__ = ("name", "priority", "reasons")
+
+    def __init__(self, name: str, priority: int, reasons: tuple[str, ...]):
+        self.name, self.priority, self.reasons = name, priority, reasons
 
     @property
     def available(self) -> bool:
@@ -33,17 +32,22 @@ class Candidate:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "priority": self.priority, "available": self.available, "reasons": list(self.reasons)}
 
+    def __repr__(self) -> str:
+        return f"Candidate({self.name!r}, {self.priority}, {self.reasons!r})"
 
-@dataclass(frozen=True)
+
 class Selection:
-    kind: str
-    spec: Any
-    environment: Environment
-    chosen: BackendEntry
-    state_spec: StateSpec
-    candidates: tuple[Candidate, ...]  # best first
-    rejected: Mapping[str, tuple[str, ...]]  # every other candidate -> why it was not chosen
-    rule: str | None  # the override rule that forced the choice, if any
+    """The backend for layers of one (kind, spec, environment, forced backend); immutable by convention."""
+
+    __slots__ = ("kind", "spec", "environment", "chosen", "state_spec", "candidates", "rejected", "rule")
+
+    def __init__(self, kind: str, spec: Any, environment: Environment, chosen: BackendEntry, state_spec: StateSpec,
+                 candidates: tuple[Candidate, ...], rejected: Mapping[str, tuple[str, ...]], rule: str | None):
+        self.kind, self.spec, self.environment, self.chosen = kind, spec, environment, chosen
+        self.state_spec = state_spec
+        self.candidates = candidates  # best first
+        self.rejected = rejected  # every other candidate -> why it was not chosen
+        self.rule = rule  # the override rule that forced the choice, if any
 
     @property
     def backend(self) -> type:
@@ -58,6 +62,9 @@ class Selection:
             "rule": self.rule,
             "candidates": [c.to_dict() for c in self.candidates],
         }
+
+    def __repr__(self) -> str:
+        return f"Selection({self.kind!r} -> {self.chosen.name!r})"
 
 
 @lru_cache(maxsize=None)

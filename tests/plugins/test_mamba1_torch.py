@@ -236,7 +236,7 @@ def test_low_precision_runs_close_to_the_oracle(dtype, state_dtype, atol, batch)
 
 def _weights_with(**changes):
     w = random_weights(SPEC)
-    return Mamba1Weights(**{**w.__dict__, **changes})
+    return w.replace(**changes)
 
 
 @pytest.mark.parametrize("change, message", [

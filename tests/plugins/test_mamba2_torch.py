@@ -71,7 +71,7 @@ def test_strong_decays_over_long_chunks_stay_exact():
     """Large per-token decays summed over a 256-token chunk: the segment sums must not lose precision."""
     spec = small_spec(n_groups=1, chunk_size=256)
     weights = random_weights(spec, seed=3)
-    weights = Mamba2Weights(**{**weights.__dict__, "A": weights.A * 8})
+    weights = weights.replace(A=weights.A * 8)
     inputs = random_inputs(spec, 300, seed=3)
     ours, theirs = fresh_state(spec, 2), fresh_state(spec, 2)
     out = Runner(Mamba2Torch, spec, weights)(inputs, ours, [300], [0], [1])
@@ -298,9 +298,9 @@ def _bad_cases(spec: Mamba2Spec):
         "pool shape": (case(st={**state, "ssm": state["ssm"][:, :, :, :-1]}), r"state\['ssm'\] must have shape"),
         "slot out of range": (case(slots=(0, 4)), r"state slot \[0, 4\] out of range: the pool has 4 slots"),
         "shared slot": (case(slots=(2, 2)), "state slot 2 is given to two sequences"),
-        "weight shape": (case(w=Mamba2Weights(**{**weights.__dict__, "D": weights.D[:-1]})),
+        "weight shape": (case(w=weights.replace(D=weights.D[:-1])),
                          r"weights.D must have shape \[4\], got \[3\]"),
-        "conv bias missing": (case(w=Mamba2Weights(**{**weights.__dict__, "conv_bias": None})),
+        "conv bias missing": (case(w=weights.replace(conv_bias=None)),
                               "conv_bias=True but weights.conv_bias is None"),
     }
 

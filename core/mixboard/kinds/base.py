@@ -102,25 +102,59 @@ class MixerImpl(ABC):
     layer_name: str = "(unnamed layer)"
 
 
-@dataclass(frozen=True)
 class Kind:
     """One family of mixers.
 
     ``state_spec(spec)`` is the canonical state layout: the one the oracle in
     ``mixboard.testing`` uses and the default a backend inherits.
     ``install_hint`` tells a user what to install when no backend of the kind
-    is available.
+    is available. (A plain class, like the weights records below: a
+    dataclass costs about a millisecond at import, and every planning
+    process imports these.)
     """
 
-    name: str
-    spec: type
-    impl: type
-    state_spec: Callable[[Any], StateSpec]
-    description: str
-    install_hint: str = ""
+    __slots__ = ("name", "spec", "impl", "state_spec", "description", "install_hint")
+
+    def __init__(self, name: str, spec: type, impl: type, state_spec: Callable[[Any], StateSpec], description: str,
+                 install_hint: str = ""):
+        self.name, self.spec, self.impl, self.state_spec = name, spec, impl, state_spec
+        self.description, self.install_hint = description, install_hint
 
     def default_spec(self):
         return self.spec()
+
+    def __repr__(self) -> str:
+        return f"Kind({self.name!r})"
+
+
+class Record:
+    """A fixed set of named fields, all required, given by keyword or in
+    order (a kind's weights: ``Mamba1Weights(conv_weight=..., ...)``)."""
+
+    __slots__ = ()
+
+    def __init__(self, *args, **kwargs):
+        names = self.__slots__
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__} takes {len(names)} fields, got {len(args)}")
+        values = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key not in names or key in values:
+                raise TypeError(f"{type(self).__name__}: unexpected or repeated field {key!r}")
+            values[key] = value
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise TypeError(f"{type(self).__name__} is missing {', '.join(missing)}")
+        for name in names:
+            object.__setattr__(self, name, values[name])
+
+    def replace(self, **changes) -> "Record":
+        """A copy with some fields changed."""
+        return type(self)(**{**{n: getattr(self, n) for n in self.__slots__}, **changes})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(self.__slots__)})"
+
 
 def require(condition: bool, message: str) -> None:
     """Spec validation helper: raise ValueError(message) unless condition holds."""

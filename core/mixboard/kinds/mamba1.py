@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, require
+from .base import Kind, MixerImpl, MixerSpec, Record, require
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -42,15 +42,19 @@ class Mamba1Spec(MixerSpec):
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
 
 
-@dataclass(frozen=True, eq=False)
-class Mamba1Weights:
-    conv_weight: "Tensor"  # [d_inner, d_conv]
-    conv_bias: "Tensor | None"  # [d_inner]
-    x_proj_weight: "Tensor"  # [dt_rank + 2 * d_state, d_inner]
-    dt_proj_weight: "Tensor"  # [d_inner, dt_rank]
-    dt_proj_bias: "Tensor"  # [d_inner]
-    A: "Tensor"  # [d_inner, d_state], negative: -exp(A_log), computed once at load
-    D: "Tensor"  # [d_inner]
+class Mamba1Weights(Record):
+    """The layer's weights the backend needs (tensors):
+
+    conv_weight: [d_inner, d_conv]
+    conv_bias: [d_inner] or None
+    x_proj_weight: [dt_rank + 2 * d_state, d_inner]
+    dt_proj_weight: [d_inner, dt_rank]
+    dt_proj_bias: [d_inner]
+    A: [d_inner, d_state], negative: -exp(A_log), computed once at load
+    D: [d_inner]
+    """
+
+    __slots__ = ('conv_weight', 'conv_bias', 'x_proj_weight', 'dt_proj_weight', 'dt_proj_bias', 'A', 'D')
 
 
 class Mamba1Impl(MixerImpl):

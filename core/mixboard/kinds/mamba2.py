@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, require
+from .base import Kind, MixerImpl, MixerSpec, Record, require
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -63,14 +63,18 @@ class Mamba2Spec(MixerSpec):
         return self.d_inner + 2 * self.n_groups * self.d_state
 
 
-@dataclass(frozen=True, eq=False)
-class Mamba2Weights:
-    conv_weight: "Tensor"  # [conv_dim, d_conv]
-    conv_bias: "Tensor | None"  # [conv_dim]
-    dt_bias: "Tensor"  # [num_heads]
-    A: "Tensor"  # [num_heads], negative: -exp(A_log), computed once at load
-    D: "Tensor"  # [num_heads]
-    norm_weight: "Tensor"  # [d_inner]
+class Mamba2Weights(Record):
+    """The layer's weights the backend needs (tensors):
+
+    conv_weight: [conv_dim, d_conv]
+    conv_bias: [conv_dim] or None
+    dt_bias: [num_heads]
+    A: [num_heads], negative: -exp(A_log), computed once at load
+    D: [num_heads]
+    norm_weight: [d_inner]
+    """
+
+    __slots__ = ('conv_weight', 'conv_bias', 'dt_bias', 'A', 'D', 'norm_weight')
 
 
 class Mamba2Impl(MixerImpl):

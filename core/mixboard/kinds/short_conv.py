@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, require
+from .base import Kind, MixerImpl, MixerSpec, Record, require
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -34,10 +34,14 @@ class ShortConvSpec(MixerSpec):
         require(self.conv_width >= 2, "conv_width must be at least 2")
 
 
-@dataclass(frozen=True, eq=False)
-class ShortConvWeights:
-    conv_weight: "Tensor"  # [hidden_size, conv_width]
-    conv_bias: "Tensor | None"  # [hidden_size]
+class ShortConvWeights(Record):
+    """The layer's weights the backend needs (tensors):
+
+    conv_weight: [hidden_size, conv_width]
+    conv_bias: [hidden_size] or None
+    """
+
+    __slots__ = ('conv_weight', 'conv_bias')
 
 
 class ShortConvImpl(MixerImpl):
