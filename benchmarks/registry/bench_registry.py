@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -41,20 +42,25 @@ print(json.dumps({"torch": t1 - t0, "import": t2 - t1, "load": t3 - t2, "plan": 
 """
 
 
+# Children cache bytecode as a user's Python does (some sandboxes set
+# PYTHONDONTWRITEBYTECODE, which makes every import compile its source).
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def wall(code: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, env=CHILD_ENV)
     return time.perf_counter() - start
 
 
 def fresh_process(runs: int, layers: int) -> dict:
     child = CHILD.replace("LAYERS", str(layers))
-    wall(child)  # warm the page cache once
+    wall(child)  # warm the page cache and the bytecode caches once
     torch_only, full, inner = [], [], []
     for _ in range(runs):
         torch_only.append(wall("import torch"))
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", child], check=True, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-c", child], check=True, capture_output=True, text=True, env=CHILD_ENV)
         full.append(time.perf_counter() - start)
         inner.append(json.loads(out.stdout))
     med = lambda key: statistics.median(r[key] for r in inner)  # noqa: E731
