@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from . import registry_commands, run_commands
+from . import check_command, registry_commands, run_commands
 
 EPILOG = """examples:
   mixboard run                             generate with the built-in demo hybrid (all four kinds)
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     run_commands.add_commands(commands)
     registry_commands.add_commands(commands)
+    check_command.add_commands(commands)
     return parser
 
 

@@ -28,6 +28,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ...state import PAGED
 from .kinds import KindAdapter
 
 CONTIGUOUS, STRIDED = "contiguous", "strided"
@@ -67,6 +68,10 @@ class Case:
     def seq(self, name: str) -> Seq:
         return next(s for s in self.seqs if s.name == name)
 
+    def records(self, layout: str) -> int:
+        """Records a pool of ``layout`` needs: blocks (paged) or slots."""
+        return self.num_blocks if layout == PAGED else self.num_slots
+
 
 def plan_case(name: str, what: str, spec: Any, steps: Sequence[Sequence[tuple[str, int]]], block_size: int,
               seed: int, reuse: dict[str, str] | None = None, **extra) -> Case:
@@ -101,9 +106,9 @@ def plan_case(name: str, what: str, spec: Any, steps: Sequence[Sequence[tuple[st
         if last_step[donor] >= first:
             raise ValueError(f"case {name}: {seq} reuses {donor}'s records while {donor} still runs")
         blocks = list(resources[donor].blocks[:need[seq]])
-        extra = need[seq] - len(blocks)
-        blocks += free[:extra]
-        del free[:extra]
+        more = need[seq] - len(blocks)
+        blocks += free[:more]
+        del free[:more]
         resources[seq] = Seq(seq, resources[donor].slot, tuple(blocks))
     return Case(name, what, spec, tuple(resources[s] for s in order), tuple(tuple(s) for s in steps),
                 num_slots, num_blocks, block_size, seed, **extra)
@@ -154,6 +159,8 @@ def kind_cases(adapter: KindAdapter, spec_cls: type, dtype: str, block_size: int
     seen = {base}
     for shape_id, fields in adapter.shapes:
         spec = dataclasses.replace(base, **fields)
+        if getattr(spec, "state_dtype", None) == dtype:  # state in the layer's own dtype: the default
+            spec = dataclasses.replace(spec, state_dtype=None)
         if spec in seen:  # e.g. state_dtype=float32 on a float32 layer
             continue
         seen.add(spec)

@@ -15,6 +15,7 @@ with a :class:`KindAdapter` and gets a suite from
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -70,12 +71,22 @@ def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
     return torch.log(torch.expm1(y))
 
 
+def record_items(record: Any) -> dict[str, Any]:
+    """The named fields of a weights record: a dataclass, a class with
+    ``__slots__`` (the built-in kinds' ``Record``), or a plain object."""
+    if dataclasses.is_dataclass(record):
+        return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    names = [n for klass in type(record).__mro__ for n in getattr(klass, "__slots__", ())]
+    return {n: getattr(record, n) for n in names} if names else dict(vars(record))
+
+
 def cast_weights(weights: Any, dtype: torch.dtype, device: Any) -> Any:
-    """A copy of a weights dataclass with every tensor in ``dtype`` on ``device``."""
+    """A copy of a weights record with every tensor in ``dtype`` on ``device``
+    (built again by keyword, as every kind's weights take them)."""
     if weights is None:
         return None
-    fields = {k: (v.to(device=device, dtype=dtype) if isinstance(v, torch.Tensor) else v)
-              for k, v in vars(weights).items()}
+    fields = {k: (v.to(device=device, dtype=dtype, copy=True) if isinstance(v, torch.Tensor) else v)
+              for k, v in record_items(weights).items()}
     return type(weights)(**fields)
 
 
@@ -104,7 +115,7 @@ def mamba2_weights(spec, gen: torch.Generator) -> Mamba2Weights:
         dt_bias=_inverse_softplus(_uniform(gen, 0.05, 0.5, h)),
         A=-_uniform(gen, 0.5, 4.0, h),
         D=_uniform(gen, 0.5, 1.5, h),
-        norm_weight=_uniform(gen, 0.5, 1.5, spec.d_inner),
+        norm_weight=_uniform(gen, 0.25, 0.75, spec.d_inner),  # keeps normalized outputs within ~±4
     )
 
 
@@ -141,7 +152,7 @@ ATTENTION = KindAdapter(
 MAMBA1 = KindAdapter(
     kind="mamba1",
     base=dict(d_inner=16, d_state=4, d_conv=4, dt_rank=4),
-    inputs=lambda s: {"x": ((s.d_inner,), 1.0), "z": ((s.d_inner,), 1.0)},
+    inputs=lambda s: {"x": ((s.d_inner,), 0.8), "z": ((s.d_inner,), 0.6)},
     oracle=Mamba1Oracle,
     weights=mamba1_weights,
     shapes=(
@@ -176,7 +187,7 @@ MAMBA2 = KindAdapter(
 SHORT_CONV = KindAdapter(
     kind="short_conv",
     base=dict(hidden_size=16, conv_width=3),
-    inputs=lambda s: {"B": ((s.hidden_size,), 1.0), "C": ((s.hidden_size,), 1.0), "x": ((s.hidden_size,), 1.0)},
+    inputs=lambda s: {"B": ((s.hidden_size,), 0.6), "C": ((s.hidden_size,), 0.6), "x": ((s.hidden_size,), 0.6)},
     oracle=ShortConvOracle,
     weights=short_conv_weights,
     shapes=(

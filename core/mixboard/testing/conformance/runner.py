@@ -1,0 +1,380 @@
+"""Run the kit's cases against a backend, without pytest.
+
+``run_suite("sdpa")`` resolves the backend in the installed registry (or
+takes a Backend class as is), and runs every case of its kind for every
+dtype asked: the backend is built as a runner builds it (``build_impl``;
+its own ``builder`` turns each step's ``CommonBatchMetadata`` into its
+``meta``, once per step, reused by every layer of the case; its own
+``state_spec`` sizes the pools) and compared step by step with the kind's
+oracle. Each case gives a :class:`CaseResult` with the worst error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from ...backend import ANY_DEVICE, Backend
+from ...dtypes import torch_dtype
+from ...environment import Environment, KNOWN_DEVICES, detect, for_device
+from ...errors import UsageError
+from ...metadata import CommonBatchMetadata
+from ...ops.checks import build_impl
+from ...registry import Registry, get_registry
+from ...selection import reasons_against
+from ..oracles import allocate_state
+from .cases import Case, kind_cases
+from .inputs import draw_inputs, place
+from .isolation import changed_foreign_record, owned_records, poison
+from .kinds import ADAPTERS, KindAdapter, cast_weights, record_items
+from .tolerances import tolerance_for
+
+PASS, FAIL, SKIP, XFAIL = "pass", "fail", "skip", "xfail"
+
+
+@dataclass
+class CaseResult:
+    case: str  # the case id, e.g. "chunked_prefill[float32]"
+    status: str  # pass | fail | skip | xfail
+    max_abs_error: float | None = None  # worst |backend - oracle| over every step (None if nothing compared)
+    tolerance: float | None = None
+    reason: str | None = None  # why it failed, was skipped, or was expected to fail
+    seconds: float = 0.0
+    error: BaseException | None = field(default=None, repr=False)  # what the backend raised, if it did
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``mixboard check --json`` record. A non-finite error (the backend
+        returned NaN or inf) is written as the string "nan" or "inf"."""
+        err = self.max_abs_error
+        if err is not None and not math.isfinite(err):
+            err = str(err)
+        return {"case": self.case, "status": self.status, "max_abs_error": err, "tolerance": self.tolerance,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A backend resolved for the kit, with its kind's adapter."""
+
+    cls: type
+    kind: Any  # mixboard.Kind
+    adapter: KindAdapter
+
+
+@dataclass
+class SuiteReport:
+    backend: str
+    device: str
+    environment: Environment | None  # None: the device is not available here (every case skipped)
+    dtypes: tuple[str, ...]
+    results: list[CaseResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status != FAIL for r in self.results)
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(r.status == s for r in self.results) for s in (PASS, FAIL, SKIP, XFAIL)}
+
+
+# --------------------------------------------------------------------------- resolving
+
+
+def resolve(backend: str | type, registry: Registry | None = None, adapter: KindAdapter | None = None) -> Target:
+    """A backend by name (looked up in ``registry``, default the installed
+    one) or a Backend class given directly. ``adapter`` describes a kind a
+    plugin defines (the built-in kinds have theirs)."""
+    registry = registry or get_registry()
+    if isinstance(backend, str):
+        entry = registry.backends.get(backend)
+        if entry is None:
+            close = difflib.get_close_matches(backend, list(registry.backends), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            installed = ", ".join(sorted(registry.backends)) or "none"
+            raise UsageError(f"unknown backend {backend!r}{hint} (installed backends: {installed}; "
+                             f"see `mixboard plugins` for plugins that failed to load)")
+        cls = entry.cls
+    elif isinstance(backend, type) and issubclass(backend, Backend):
+        cls = backend
+    else:
+        raise UsageError(f"the kit takes a backend name or a mixboard.Backend subclass, not {backend!r}")
+    kind = registry.kind(cls.kind)
+    adapter = adapter or ADAPTERS.get(cls.kind)
+    if adapter is None:
+        raise UsageError(f"backend {cls.name!r} serves kind {cls.kind!r}, which has no conformance adapter: its plugin "
+                         f"describes it with mixboard.testing.conformance.KindAdapter and tests it with "
+                         f"conformance_suite(adapter)")
+    if adapter.kind != cls.kind:
+        raise UsageError(f"backend {cls.name!r} serves {cls.kind}, not {adapter.kind}: use the {cls.kind} suite")
+    return Target(cls, kind, adapter)
+
+
+def default_device(cls: type) -> str:
+    """This machine's device if the backend runs there, else the first device it declares."""
+    here = detect().device
+    return here if ANY_DEVICE in cls.devices or here in cls.devices else cls.devices[0]
+
+
+def environment(target: Target, device: str | None) -> tuple[str, Environment | None, list[str]]:
+    """(device, its environment, []) or (device, None, reasons every case is skipped).
+
+    A malformed device is a UsageError; a device this machine lacks skips
+    every case, with that and the backend's reasons against this machine."""
+    cls = target.cls
+    device = device or default_device(cls)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in KNOWN_DEVICES:
+        raise UsageError(f"unknown device {device!r}; expected a torch device: {', '.join(KNOWN_DEVICES)}, "
+                         f"optionally with an index (cuda:1)")
+    try:
+        return device, for_device(device), []
+    except UsageError as exc:
+        spec = target.kind.default_spec()
+        if spec.dtype not in cls.dtypes:  # reasons that hold for every case, not the probe's dtype
+            spec = dataclasses.replace(spec, dtype=cls.dtypes[0])
+        return device, None, [str(exc), *reasons_against(cls, spec, detect())]
+
+
+def state_spec(target: Target, spec: Any):
+    """The backend's own state layout (its ``state_spec``, else the kind's canonical one)."""
+    cls = target.cls
+    if getattr(cls.state_spec, "__func__", None) is Backend.state_spec.__func__:
+        return target.kind.state_spec(spec)
+    return _backend(cls.state_spec, spec)
+
+
+# --------------------------------------------------------------------------- one case
+
+
+class _Failure(Exception):
+    """A conformance violation found while running a case (not a backend exception)."""
+
+
+class _Raised(Exception):
+    """The backend raised (in its builder, make_impl or forward): the case's outcome.
+    Anything else that raises while a case runs is the kit's own bug and propagates."""
+
+    def __init__(self, error: Exception):
+        super().__init__(f"raised {type(error).__name__}: {error}")
+        self.error = error
+
+
+def _backend(call, *args):
+    try:
+        return call(*args)
+    except Exception as exc:
+        raise _Raised(exc) from exc
+
+
+def run_case(target: Target, case: Case, env: Environment | None, device: str, tolerance: float,
+             expected: str | None = None, skip_reasons: Iterable[str] = ()) -> CaseResult:
+    """Run one case; ``expected`` is the reason it is declared to fail (strict: a pass is a failure)."""
+    start = time.perf_counter()
+    reasons = list(skip_reasons) or list(reasons_against(target.cls, case.spec, env))
+    if reasons:
+        return CaseResult(case.id, SKIP, None, tolerance, "; ".join(reasons))
+    worst = _Worst()
+    try:
+        _execute(target, case, env, device, tolerance, worst)
+        result = CaseResult(case.id, PASS, worst.error, tolerance)
+    except _Failure as exc:
+        result = CaseResult(case.id, FAIL, worst.error, tolerance, str(exc))
+    except _Raised as exc:
+        result = CaseResult(case.id, FAIL, worst.error or None, tolerance, str(exc), error=exc.error)
+    result.seconds = time.perf_counter() - start
+    if expected is not None:
+        if result.status == PASS:
+            result.status, result.reason = FAIL, f"declared as an expected failure ({expected}) but passed"
+        else:
+            result.status, result.reason = XFAIL, f"{expected} (failed as declared: {result.reason})"
+    return result
+
+
+class _Worst:
+    error = 0.0
+
+
+@dataclass
+class _Layer:
+    """One layer of a case: the backend's impl and pools beside the oracle's."""
+
+    impl: Any
+    oracle: Any
+    weights: Any  # on the backend's device
+    oracle_weights: Any  # the same values, on the host
+    state: dict  # the backend's own layout, poisoned
+    oracle_state: dict  # the kind's canonical layout
+
+
+def block_size_for(case: Case, own_state) -> int:
+    """The case's block size, rounded up to the multiple the backend's paged
+    state asks for (flash-attn's kernel: 256). Sequences then need fewer of
+    their planned blocks."""
+    multiple = getattr(own_state, "block_multiple", 1)
+    return -(-case.block_size // multiple) * multiple
+
+
+def _layers(target: Target, case: Case, env: Environment, device: str, gen: torch.Generator,
+            block_size: int) -> list[_Layer]:
+    spec, adapter = case.spec, target.adapter
+    dtype = torch_dtype(spec.dtype)
+    own, canonical = state_spec(target, spec), target.kind.state_spec(spec)
+    layers = []
+    for i in range(case.layers):
+        weights = adapter.weights(spec, gen) if adapter.weights else None
+        state = allocate_state(own, case.records(own.layout), block_size, device)
+        poison(state)
+        layers.append(_Layer(
+            impl=_backend(build_impl, target.cls, spec, env, f"conformance.layers.{i}.mixer"),
+            oracle=adapter.oracle(spec),
+            weights=cast_weights(weights, dtype, device),
+            oracle_weights=cast_weights(weights, dtype, "cpu"),
+            state=state,
+            oracle_state=allocate_state(canonical, case.records(canonical.layout), block_size, "cpu"),
+        ))
+    return layers
+
+
+def _execute(target: Target, case: Case, env: Environment, device: str, tol: float, worst: _Worst) -> None:
+    adapter, spec = target.adapter, case.spec
+    dtype = torch_dtype(spec.dtype)
+    gen = torch.Generator().manual_seed(case.seed)
+    own = state_spec(target, spec)
+    layout, bs = own.layout, block_size_for(case, own)
+    layers = _layers(target, case, env, device, gen, bs)
+    with torch.inference_mode():  # one builder per case, as a runner keeps one per group for every step
+        builder = _backend(target.cls.builder, spec, env)
+    done = {s.name: 0 for s in case.seqs}
+    for number, step in enumerate(case.steps, 1):
+        # Decodes (one new token after earlier context) come first, as the runner orders them.
+        order = sorted(step, key=lambda c: not (c[1] == 1 and done[c[0]] > 0))
+        seqs = [case.seq(name) for name, _ in order]
+        query = [n for _, n in order]
+        context = [done[name] for name, _ in order]
+        tables = [s.blocks[: -(-(c + q) // bs)] for s, c, q in zip(seqs, context, query)]
+        slots = [s.slot for s in seqs]
+        common_cpu = CommonBatchMetadata.build(query, context, slots, tables, bs, "cpu")
+        with torch.inference_mode():  # the backend gets its own copy, on its device, through its builder
+            meta = _backend(builder, CommonBatchMetadata.build(query, context, slots, tables, bs, device))
+        owned = owned_records(layout, zip(slots, tables))
+        for i, layer in enumerate(layers):
+            where = f"step {number} of {len(case.steps)}" + (f", layer {i}" if case.layers > 1 else "")
+            inputs = draw_inputs(adapter.inputs(spec), sum(query), dtype, gen)
+            given = place(inputs, device, case.layout)
+            kept = {k: v.clone() for k, v in given.items()}
+            before = {k: v.clone() for k, v in layer.state.items()}
+            with torch.inference_mode():
+                out = _backend(adapter.call, layer.impl, given, layer.weights, layer.state, meta)
+            _check_untouched(given, kept, layer, where)
+            ref = adapter.call(layer.oracle, inputs, layer.oracle_weights, layer.oracle_state, common_cpu)
+            _compare(out, ref, device, order, context, where, tol, worst)
+            moved = changed_foreign_record(layout, before, layer.state, owned)
+            if moved:
+                raise _Failure(f"{where}: {moved}")
+        for name, n in order:
+            done[name] += n
+
+
+def _check_untouched(given: dict, kept: dict, layer: _Layer, where: str) -> None:
+    """The step's inputs and the layer's weights are the caller's: a backend reads them only."""
+    for name, before in kept.items():
+        if not _same(given[name], before):
+            raise _Failure(f"{where}: the backend changed its input {name!r} in place")
+    reference = {} if layer.oracle_weights is None else record_items(layer.oracle_weights)
+    for name, value in reference.items():
+        if isinstance(value, torch.Tensor) and not _same(getattr(layer.weights, name).cpu(), value):
+            raise _Failure(f"{where}: the backend changed the layer's weight {name!r} in place")
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if torch.equal(a, b):
+        return True
+    return bool(torch.equal(a.isnan(), b.isnan())) and bool(torch.equal(a.nan_to_num(), b.nan_to_num()))
+
+
+def _compare(out: Any, ref: torch.Tensor, device: str, order, context, where: str, tol: float, worst: _Worst) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise _Failure(f"{where}: forward returned {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(ref.shape):
+        raise _Failure(f"{where}: output has shape {list(out.shape)}, expected {list(ref.shape)}")
+    if out.dtype != ref.dtype:
+        raise _Failure(f"{where}: output is {out.dtype}, expected {ref.dtype} (the layer's dtype)")
+    if out.device.type != torch.device(device).type:
+        raise _Failure(f"{where}: output is on {out.device}, expected {device} (where its inputs are)")
+    if out.numel() == 0:
+        return
+    diff = (out.detach().to("cpu", torch.float64) - ref.to(torch.float64)).abs().reshape(out.shape[0], -1)
+    per_token = diff.nan_to_num(nan=math.inf).max(dim=1).values
+    token = int(per_token.argmax())
+    err = float(per_token[token])
+    worst.error = max(worst.error, err)
+    if err > tol:
+        # Name the sequence and position of the worst token: where a bug shows first.
+        start = 0
+        for (name, n), ctx in zip(order, context):
+            if token < start + n:
+                raise _Failure(f"{where}: sequence {name!r} at position {ctx + token - start}: "
+                               f"|backend - oracle| = {err:.3g} > tolerance {tol:g}")
+            start += n
+
+
+# --------------------------------------------------------------------------- a whole suite
+
+
+def suite_cases(target: Target, dtypes: Iterable[str], block_size: int) -> list[Case]:
+    return [c for dtype in dtypes for c in kind_cases(target.adapter, target.kind.spec, dtype, block_size)]
+
+
+def check_expected(expected: Mapping[str, str], cases: Iterable[Case]) -> None:
+    """Every key of ``expected_failures`` must name a case id or a case name (all its dtypes)."""
+    known = {c.id for c in cases} | {c.name for c in cases}
+    unknown = sorted(set(expected) - known)
+    if unknown:
+        names = ", ".join(sorted({c.name for c in cases}))
+        raise UsageError(f"expected_failures names no case: {', '.join(unknown)} (cases are {names}; "
+                         f"add [dtype] for one dtype only)")
+
+
+def expected_reason(expected: Mapping[str, str], case: Case) -> str | None:
+    return expected.get(case.id, expected.get(case.name))
+
+
+def run_suite(backend: str | type, device: str | None = None, dtypes: Iterable[str] | None = None, *,
+              block_size: int = 4, expected_failures: Mapping[str, str] | None = None,
+              tolerances: Mapping[str, float] | None = None, registry: Registry | None = None,
+              adapter: KindAdapter | None = None, select: Iterable[str] | None = None,
+              fail_fast: bool = False) -> SuiteReport:
+    """Run the kit against ``backend`` (a name or a Backend class).
+
+    dtypes: default every dtype the backend declares. expected_failures:
+    {case id or name: reason}, added to the backend's own declaration.
+    select: only cases whose id or name is listed. fail_fast: stop at the
+    first failure.
+    """
+    target = resolve(backend, registry, adapter)
+    cls = target.cls
+    dtypes = tuple(dtypes or cls.dtypes)
+    device, env, skip = environment(target, device)
+    cases = suite_cases(target, dtypes, block_size)
+    expected = {**getattr(cls, "expected_failures", {}), **(expected_failures or {})}
+    check_expected(expected, cases)
+    if select is not None:
+        wanted = set(select)
+        cases = [c for c in cases if c.id in wanted or c.name in wanted]
+    results = []
+    for case in cases:
+        tol = tolerance_for(cls, case.dtype, tolerances)
+        result = run_case(target, case, env, device, tol, expected_reason(expected, case), skip)
+        results.append(result)
+        if fail_fast and result.status == FAIL:
+            break
+    return SuiteReport(cls.name, device, env, dtypes, results)

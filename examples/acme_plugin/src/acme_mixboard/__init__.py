@@ -1,0 +1,5 @@
+"""acme-mixboard: ACME's attention backend ``acme_attn`` for mixboard."""
+
+from .attention import AcmeAttention
+
+__all__ = ["AcmeAttention"]

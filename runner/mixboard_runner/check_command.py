@@ -1,0 +1,87 @@
+"""``mixboard check BACKEND``: the conformance kit without pytest.
+
+Runs every case of the backend's kind (``mixboard.testing.conformance``)
+and prints a pass/fail table with the worst error per case. Exit status 0
+when nothing failed (skips and declared failures are shown with their
+reasons), 1 when a case failed, 2 for bad input (an unknown backend).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from mixboard.dtypes import DTYPES
+
+from .table import render
+
+
+def add_commands(commands) -> None:
+    p = commands.add_parser(
+        "check", help="run the conformance kit against an installed backend",
+        description="Check a backend against its kind's reference implementation over the kit's cases: ragged "
+                    "batches, decodes after prefills, chunked prefills, state isolation, strided inputs and a sweep "
+                    "of shapes, in each dtype. Cases the backend cannot serve here are skipped with its reasons.",
+        epilog="examples:\n  mixboard check sdpa\n  mixboard check acme_attn --device cuda --dtype bfloat16 --json",
+        formatter_class=_raw())
+    p.add_argument("backend", metavar="BACKEND", help="an installed backend's name (see `mixboard backends`)")
+    p.add_argument("--device", help="torch device to run on (default: this machine's, if the backend runs there)")
+    p.add_argument("--dtype", action="append", choices=DTYPES, help="check this dtype (repeat; default: every "
+                                                                     "dtype the backend declares)")
+    p.add_argument("--case", action="append", metavar="NAME", help="only this case (id or name; repeat)")
+    p.add_argument("--block-size", type=int, default=4, metavar="N", help="tokens per block of paged state (default 4)")
+    p.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failing case")
+    p.add_argument("--json", action="store_true", help="print a JSON list, one record per case (stable contract)")
+    p.set_defaults(run=cmd_check)
+
+
+def _raw():
+    import argparse
+
+    return argparse.RawDescriptionHelpFormatter
+
+
+def cmd_check(args) -> int:
+    from mixboard.errors import UsageError
+    from mixboard.testing.conformance import run_suite
+
+    if args.block_size < 1:
+        raise UsageError(f"--block-size must be at least 1, not {args.block_size}")
+    report = run_suite(args.backend, args.device, args.dtype, block_size=args.block_size, select=args.case,
+                       fail_fast=args.exitfirst)
+    if args.case and not report.results:
+        raise UsageError(f"--case {', '.join(args.case)} names no case of {args.backend!r}; "
+                         f"`mixboard check {args.backend}` lists them")
+    if args.json:
+        print(json.dumps([r.to_dict() for r in report.results], indent=2))
+    else:
+        _print_table(report)
+    return 0 if report.ok else 1
+
+
+def _print_table(report) -> None:
+    where = report.environment or "not available here"
+    print(f"mixboard check {report.backend} on {report.device} ({where}); dtypes {', '.join(report.dtypes)}")
+    rows, previous = [], None
+    for r in report.results:
+        reason = r.reason or ""
+        shown = "(same as above)" if reason and reason == previous else reason
+        previous = reason
+        rows.append([r.case, r.status, _number(r.max_abs_error), _number(r.tolerance), shown])
+    print(render(["case", "status", "max abs error", "tolerance", "reason"], rows))
+    counts = report.counts()
+    seconds = sum(r.seconds for r in report.results)
+    print(f"\n{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
+          f"{counts['xfail']} expected failures in {seconds:.1f} s")
+    if not report.ok:
+        sys.stdout.flush()
+        sys.stderr.write(f"mixboard check: {report.backend} fails {counts['fail']} case(s)\n")
+
+
+def _number(value) -> str:
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.2e}" if value else "0"

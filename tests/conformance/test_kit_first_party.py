@@ -1,0 +1,58 @@
+"""Every first-party backend runs the conformance kit, as a vendor's would.
+
+The portable backends run here in float32 and bfloat16 (float16 adds
+little the other two miss, and the file stays fast); the GPU ones
+are skipped on a machine without CUDA, each case with the backend's own
+reasons (device, missing library), and run on a CUDA machine that has
+their libraries.
+"""
+
+from mixboard.testing.conformance import (
+    AttentionConformance, Mamba1Conformance, Mamba2Conformance, ShortConvConformance,
+)
+
+PORTABLE_DTYPES = ("float32", "bfloat16")
+
+
+class TestSdpa(AttentionConformance):
+    backend = "sdpa"
+    device = "cpu"
+    dtypes = PORTABLE_DTYPES
+
+
+class TestFlashAttn(AttentionConformance):
+    backend = "flash_attn"
+    device = "cuda"  # its state_spec's block_multiple (256) sizes the kit's blocks
+
+
+class TestMamba1Torch(Mamba1Conformance):
+    backend = "mamba1_torch"
+    device = "cpu"
+    dtypes = PORTABLE_DTYPES
+
+
+class TestMamba1Cuda(Mamba1Conformance):
+    backend = "mamba1_cuda"
+    device = "cuda"
+
+
+class TestMamba2Torch(Mamba2Conformance):
+    backend = "mamba2_torch"
+    device = "cpu"
+    dtypes = PORTABLE_DTYPES
+
+
+class TestMamba2Triton(Mamba2Conformance):
+    backend = "mamba2_triton"
+    device = "cuda"
+
+
+class TestShortConvTorch(ShortConvConformance):
+    backend = "short_conv_torch"
+    device = "cpu"
+    dtypes = PORTABLE_DTYPES
+
+
+class TestShortConvCuda(ShortConvConformance):
+    backend = "short_conv_cuda"
+    device = "cuda"

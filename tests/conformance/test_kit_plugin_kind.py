@@ -1,0 +1,146 @@
+"""A kind a plugin defines gets a conformance suite too: the plugin describes
+it with a KindAdapter (its oracle, its inputs, its shapes) and the kit runs
+every case (ragged batches, chunks, decodes, isolation, strided inputs,
+shared metadata) against its backends."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from mixboard import Backend, Kind, MixerSpec, Registry, StateSpec, UsageError
+from mixboard.kinds.base import MixerImpl
+from mixboard.testing.conformance import KindAdapter, conformance_suite, run_suite
+
+
+# --------------------------------------------------------------------------- the plugin's kind
+
+
+@dataclass(frozen=True)
+class DecaySpec(MixerSpec):
+    """A running decayed sum per channel: s_t = decay * s_(t-1) + x_t; y_t = s_t."""
+
+    channels: int = 8
+    decay: float = 0.5
+
+
+class DecayImpl(MixerImpl):
+    @abstractmethod
+    def forward(self, x, state, meta):
+        """x: [T, channels]; state: ``acc`` [num_slots, channels]. Returns [T, channels]."""
+
+
+DECAY = Kind("decay_sum", DecaySpec, DecayImpl, lambda spec: StateSpec.slots(acc=((spec.channels,), spec.dtype)),
+             "running decayed sum")
+
+
+class DecayOracle(DecayImpl):
+    """Token by token."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def forward(self, x, state, meta):
+        out = torch.empty_like(x, dtype=torch.float64)
+        qsl, ctx = meta.query_start_loc_cpu.tolist(), meta.context_lens_cpu.tolist()
+        slots = meta.state_slots_cpu.tolist()
+        for i, slot in enumerate(slots):
+            s = state["acc"][slot].double() if ctx[i] else torch.zeros(self.spec.channels, dtype=torch.float64)
+            for t in range(qsl[i], qsl[i + 1]):
+                s = self.spec.decay * s + x[t].double()
+                out[t] = s
+            state["acc"][slot] = s.to(state["acc"].dtype)
+        return out.to(x.dtype)
+
+
+class DecayMatrix(DecayImpl):
+    """A backend: each sequence at once, y = L @ x + decay^(t+1) s0 with L[t, j] = decay^(t-j)."""
+
+    def __init__(self, spec, use_initial_state=True):
+        self.spec, self.use_initial_state = spec, use_initial_state
+
+    def forward(self, x, state, meta):
+        out = torch.empty_like(x)
+        pool = state["acc"]
+        qsl, ctx = meta.query_start_loc_cpu.tolist(), meta.context_lens_cpu.tolist()
+        slots = meta.state_slots_cpu.tolist()
+        for i, slot in enumerate(slots):
+            rows = x[qsl[i]:qsl[i + 1]]
+            n = rows.shape[0]
+            t = torch.arange(n, dtype=x.dtype)
+            powers = (t[:, None] - t[None, :]).clamp(min=0)
+            L = torch.where(t[:, None] >= t[None, :], self.spec.decay ** powers, torch.zeros(()))
+            y = L @ rows
+            if ctx[i] and self.use_initial_state:
+                y += (self.spec.decay ** (t + 1))[:, None] * pool[slot]
+            out[qsl[i]:qsl[i + 1]] = y
+            pool[slot] = y[-1]
+        return out
+
+
+class DecayTorch(Backend):
+    name = "decay_torch"
+    kind = "decay_sum"
+    devices = ("*",)
+    dtypes = ("float32",)
+    api_version = 1
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        return DecayMatrix(spec)
+
+
+class DecayForgetful(DecayTorch):
+    name = "decay_forgetful"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        return DecayMatrix(spec, use_initial_state=False)  # BUG: continued prefills start from zero
+
+
+ADAPTER = KindAdapter(
+    kind="decay_sum",
+    base=dict(channels=8, decay=0.5),
+    inputs=lambda spec: {"x": ((spec.channels,), 1.0)},
+    oracle=DecayOracle,
+    shapes=(("slow_decay", dict(decay=0.9)), ("wide", dict(channels=24))),
+)
+REGISTRY = Registry.from_backends([DecayTorch, DecayForgetful], kinds=[DECAY])
+DecaySumConformance = conformance_suite(ADAPTER)
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+def test_a_correct_backend_of_a_plugin_kind_passes_every_case():
+    report = run_suite("decay_torch", "cpu", registry=REGISTRY, adapter=ADAPTER)
+    assert [r.case for r in report.results][-2:] == ["shape-slow_decay[float32]", "shape-wide[float32]"]
+    assert len(report.results) == 10 and report.ok, [(r.case, r.reason) for r in report.results]
+
+
+def test_a_buggy_one_fails():
+    report = run_suite(DecayForgetful, "cpu", registry=REGISTRY, adapter=ADAPTER)
+    failed = {r.case for r in report.results if r.status == "fail"}
+    assert {"chunked_prefill[float32]", "decode_after_prefill[float32]"} <= failed
+
+
+def test_the_factory_makes_a_base_class_a_vendor_subclasses():
+    assert DecaySumConformance.__name__ == "DecaySumConformance"
+
+    class TestDecay(DecaySumConformance):  # what a vendor's test file holds
+        backend = "decay_torch"
+        registry = REGISTRY
+        device = "cpu"
+
+    cases = TestDecay.conformance_cases()
+    assert len(cases) == 10
+    results = [TestDecay.run(case) for case, _ in cases]
+    assert {r.status for r in results} == {"pass"}
+
+
+def test_a_plugin_kind_without_an_adapter_says_how_to_get_one():
+    with pytest.raises(UsageError, match="kind 'decay_sum', which has no conformance adapter: .*KindAdapter"):
+        run_suite("decay_torch", "cpu", registry=REGISTRY)
