@@ -1,0 +1,138 @@
+"""mixboard's engine against transformers' generate, same checkpoints, one run.
+
+    python benchmarks/runner/bench_runner.py [--models llama,mamba,...] [--batches 1,16]
+                                             [--prompt 256] [--new 128] [--json]
+
+Each model type gets a random ~40 M-parameter checkpoint (hidden 512, vocab
+32,000) written by transformers' save_pretrained. Each (engine, model, batch)
+runs in a fresh subprocess so that peak memory (ru_maxrss) is its own.
+Greedy decoding, ignoring EOS, float32, 2 threads. Prefill is timed alone
+(transformers: generate with one new token; mixboard: its prefill steps);
+decode is the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHECKPOINTS = {
+    "llama": "LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8, "
+             "num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=2048, tie_word_embeddings=True)",
+    "mamba": "MambaConfig(vocab_size=32000, hidden_size=512, state_size=16, num_hidden_layers=16, expand=2)",
+    "mamba2": "Mamba2Config(vocab_size=32000, hidden_size=512, num_heads=16, head_dim=64, expand=2, state_size=64, "
+              "n_groups=1, num_hidden_layers=16, chunk_size=128, tie_word_embeddings=True)",
+    "lfm2": "Lfm2Config(vocab_size=32000, hidden_size=512, intermediate_size=2304, num_hidden_layers=10, "
+            "num_attention_heads=8, num_key_value_heads=4, layer_types=['conv','conv','full_attention']*3+['conv'], "
+            "max_position_embeddings=2048)",
+    "bamba": "BambaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8, "
+             "num_attention_heads=8, num_key_value_heads=4, attn_layer_indices=[3, 7], mamba_n_heads=16, "
+             "mamba_d_head=64, mamba_d_state=64, mamba_expand=2, mamba_chunk_size=128, tie_word_embeddings=True)",
+}
+CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
+           "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM"}
+
+MAKE = """
+import torch, transformers
+from transformers import *
+torch.manual_seed(0)
+model = transformers.{cls}({config})
+model.save_pretrained({path!r})
+print(sum(p.numel() for p in model.parameters()))
+"""
+
+RUN_HF = """
+import json, resource, time, torch, transformers
+torch.set_num_threads(2)
+model = transformers.AutoModelForCausalLM.from_pretrained({path!r}, dtype=torch.float32).eval()
+torch.manual_seed(1)
+ids = torch.randint(0, 32000, ({batch}, {prompt}))
+def gen(n):
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                             do_sample=False, pad_token_id=0)
+    return time.perf_counter() - start, out
+gen(2)  # warm-up
+prefill, _ = gen(1)
+total, out = gen({new})
+decode_tokens = {batch} * ({new} - 1)
+print(json.dumps({{"prefill_tok_s": {batch} * {prompt} / prefill, "decode_tok_s": decode_tokens / (total - prefill),
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+RUN_MIXBOARD = """
+import json, resource, time, torch
+torch.set_num_threads(2)
+from mixboard_runner.engine import Engine
+from mixboard_runner.sampling import SamplingParams
+torch.manual_seed(1)
+ids = torch.randint(0, 32000, ({batch}, {prompt})).tolist()
+engine = Engine({path!r}, cache_memory={cache}, max_batched_tokens={batch} * {prompt}, max_seqs={batch})
+engine.generate(ids[:1], SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up
+engine.generate(ids, SamplingParams(max_tokens={new}, ignore_eos=True))
+s = engine.stats
+print(json.dumps({{"prefill_tok_s": s.prefill_tokens / s.prefill_s, "decode_tok_s": s.decode_tokens / s.decode_s,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+
+def run(code: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cache_bytes(path: str, batch: int, tokens: int) -> int:
+    """State for exactly this workload (transformers' cache also grows only to what it needs)."""
+    from mixboard import get_registry
+    from mixboard.environment import detect
+    from mixboard_runner.loader import build_model
+
+    plan = get_registry().plan(build_model(path).layer_decls(), detect())
+    per_token = sum(g.state_spec.record_bytes() * len(g.layers) for g in plan.groups if g.state_spec.layout == "paged")
+    per_seq = sum(g.state_spec.record_bytes() * len(g.layers) for g in plan.groups if g.state_spec.layout != "paged")
+    blocks = -(-tokens // 16) + 1
+    return batch * (per_seq + blocks * 16 * per_token)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(CHECKPOINTS))
+    parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--prompt", type=int, default=256)
+    parser.add_argument("--new", type=int, default=128)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            path = str(Path(tmp) / name)
+            params = int(subprocess.run([sys.executable, "-c", MAKE.format(cls=CLASSES[name], config=CHECKPOINTS[name],
+                                                                          path=path)],
+                                        capture_output=True, text=True, check=True).stdout.split()[-1])
+            for batch in (int(b) for b in args.batches.split(",")):
+                fmt = dict(path=path, batch=batch, prompt=args.prompt, new=args.new)
+                hf = run(RUN_HF.format(**fmt))
+                mb = run(RUN_MIXBOARD.format(**fmt, cache=cache_bytes(path, batch, args.prompt + args.new)))
+                rows.append({"model": name, "params_m": params / 1e6, "batch": batch, "transformers": hf, "mixboard": mb})
+                if not args.json:
+                    print(_row(rows[-1]), flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+
+
+def _row(r) -> str:
+    hf, mb = r["transformers"], r["mixboard"]
+    return (f"| {r['model']} ({r['params_m']:.0f} M) | {r['batch']} | {hf['prefill_tok_s']:.0f} | {mb['prefill_tok_s']:.0f} | "
+            f"{mb['prefill_tok_s'] / hf['prefill_tok_s']:.2f}x | {hf['decode_tok_s']:.0f} | {mb['decode_tok_s']:.0f} | "
+            f"{mb['decode_tok_s'] / hf['decode_tok_s']:.2f}x | {hf['peak_mb']:.0f} | {mb['peak_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
