@@ -74,3 +74,10 @@ def test_causal_conv_step_equals_the_ragged_conv_for_decodes(bias):
     got = causal_conv1d_step(x, weight, b, pool, torch.tensor(seq_slots), activation="silu")
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(pool, ragged_pool)
+
+
+def test_repeated_lists_each_repeat_once_in_the_order_it_repeats():
+    from mixboard.ops.checks import repeated
+
+    assert repeated([5, 3, 5, 3, 3, 1]) == (5, 3)
+    assert repeated([0, 1, 2]) == ()

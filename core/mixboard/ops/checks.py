@@ -42,6 +42,18 @@ def expect_state(layer: str, state: Any, names: Sequence[str]) -> None:
         raise BackendInputError(f"{layer}: state is missing {', '.join(missing)} (has {', '.join(state) or 'nothing'})")
 
 
+def repeated(values) -> tuple[int, ...]:
+    """Values that occur more than once, in the order their repeat appears
+    (every sequence of a step must own its state slot)."""
+    seen: set[int] = set()
+    repeats: dict[int, None] = {}
+    for v in values:
+        if v in seen:
+            repeats[v] = None
+        seen.add(v)
+    return tuple(repeats)
+
+
 def expect_slots(layer: str, slots_cpu: torch.Tensor, num_slots: int) -> None:
     """Every sequence's slot must exist in the pool (checked on the host copy)."""
     if slots_cpu.numel() and (int(slots_cpu.min()) < 0 or int(slots_cpu.max()) >= num_slots):

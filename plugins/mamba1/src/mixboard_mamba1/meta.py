@@ -9,7 +9,7 @@ import torch
 
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.causal_conv import ConvIndex
-from mixboard.ops.checks import BackendInputError
+from mixboard.ops.checks import BackendInputError, repeated
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,9 @@ def build_meta(common: CommonBatchMetadata, width: int, conv_index: bool = True)
         slots_cpu=slots_cpu,
         prefills=prefills,
         conv_index=ConvIndex.build(common, width) if conv_index and prefills else None,
-        repeated_slot=_repeated(slots),
+        repeated_slot=next(iter(repeated(slots)), None),
         decode_range=(slots[0], slots[0] + nd) if nd and slots[:nd] == list(range(slots[0], slots[0] + nd)) else None,
     )
-
-
-def _repeated(slots: list[int]) -> int | None:
-    seen: set[int] = set()
-    for s in slots:
-        if s in seen:
-            return s
-        seen.add(s)
-    return None
 
 
 def as_meta(layer: str, meta, width: int, conv_index: bool = True) -> Mamba1Meta:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.causal_conv import ConvIndex
+from mixboard.ops.checks import repeated
 
 
 @dataclass(frozen=True)
@@ -54,17 +55,8 @@ def plan_step(common: CommonBatchMetadata, conv_width: int) -> Mamba2Step:
         decode_slot_list=slots[:nd],
         prefills=prefills,
         slots_cpu=slots_cpu,
-        duplicate_slot=_first_repeat(slots),
+        duplicate_slot=next(iter(repeated(slots)), None),
     )
-
-
-def _first_repeat(values: list[int]) -> int | None:
-    seen: set[int] = set()
-    for v in values:
-        if v in seen:
-            return v
-        seen.add(v)
-    return None
 
 
 def as_step(layer: str, meta: Any, spec: Any) -> Mamba2Step:

@@ -14,6 +14,7 @@ import torch
 
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.causal_conv import ConvIndex
+from mixboard.ops.checks import repeated
 
 
 @dataclass
@@ -35,8 +36,7 @@ def build_meta(common: CommonBatchMetadata, width: int) -> ShortConvMeta:
         raise TypeError(f"the short_conv builder takes the step's CommonBatchMetadata, not {type(common).__name__}")
     slots_cpu = common.state_slots_cpu
     values = slots_cpu.tolist()
-    seen: set[int] = set()
-    repeated = tuple(sorted({s for s in values if s in seen or seen.add(s)}))
+    repeats = tuple(sorted(repeated(values)))
     all_decode = common.num_decodes == common.num_seqs  # an empty step too: nothing to convolve
     return ShortConvMeta(
         common=common,
@@ -47,6 +47,6 @@ def build_meta(common: CommonBatchMetadata, width: int) -> ShortConvMeta:
         slots_cpu=slots_cpu,
         slot_min=min(values, default=0),
         slot_max=max(values, default=-1),
-        repeated_slots=repeated,
+        repeated_slots=repeats,
         conv_index=None if all_decode else ConvIndex.build(common, width),
     )
