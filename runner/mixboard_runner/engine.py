@@ -29,12 +29,14 @@ DEFAULT_CACHE_MEMORY = 512 * 2**20
 
 class StepContext:
     """What a model's layers see during one step: their impl, state and the
-    metadata their backend's builder made."""
+    metadata their backend's builder made, and a memo for what the model's
+    layers share within the step (keyed by the module that made it)."""
 
-    __slots__ = ("runtimes", "metas", "max_position")
+    __slots__ = ("runtimes", "metas", "max_position", "memo")
 
     def __init__(self, runtimes, metas, max_position):
         self.runtimes, self.metas, self.max_position = runtimes, metas, max_position
+        self.memo = {}
 
     def lookup(self, layer_name: str):
         impl, state, builder_id = self.runtimes[layer_name]

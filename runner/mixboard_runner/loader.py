@@ -6,9 +6,11 @@ arbitrary code."""
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from torch.nn import init
 
 from mixboard.dtypes import torch_dtype
 
@@ -45,10 +47,29 @@ def build_model(model: str | Path | None, dtype: str = "float32", device: str = 
     if model in (None, DEMO):
         return demo.build(dtype).to(torch_dtype(dtype))
     config = read_config(model)
-    with torch.device(device):
+    with torch.device(device), _without_init(device):
         built = ARCHITECTURES[config["model_type"]](ConfigReader(config, config["model_type"]), dtype)
     built.info.config = config
     return built
+
+
+@contextmanager
+def _without_init(device: str):
+    """Skip torch's random initialisation of parameters that the checkpoint
+    overwrites. On the meta device it would also import torch._dynamo
+    (~2 s and ~75 MB of a process that never compiles anything)."""
+    if device != "meta":
+        yield
+        return
+    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_", "zeros_", "ones_")
+    saved = {name: getattr(init, name) for name in names}
+    for name in names:
+        setattr(init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(init, name, function)
 
 
 def load_model(model: str | Path | None, dtype: str = "float32", device: str = "cpu") -> CausalLM:
@@ -58,8 +79,7 @@ def load_model(model: str | Path | None, dtype: str = "float32", device: str = "
         state = load_weights(Path(model))
         _assign(built, state, torch_dtype(dtype))
     built = built.to(device)
-    for mixer in built.mixers():
-        mixer.finalize()
+    built.finalize()
     return built.eval()
 
 

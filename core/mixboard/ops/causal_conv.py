@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .slots import gather_slots, scatter_slots
+from .slots import SlotRecords, gather_slots, scatter_slots
 
 
 @dataclass
@@ -79,19 +79,23 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 def causal_conv1d_step(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, conv_state: torch.Tensor,
-                       slots: torch.Tensor, activation: str | None = None) -> torch.Tensor:
+                       slots: torch.Tensor, activation: str | None = None,
+                       slot_range: tuple[int, int] | None = None) -> torch.Tensor:
     """One new token per sequence (a batch of decodes): no conv over a sequence.
 
     x: [N, D]; conv_state: the pool [S, D, W - 1]; slots: [N] int64, each
     sequence's record, which shifts by one (the oldest input dropped, x
-    appended). Whole [N, D] multiply-adds rather than ops over the tiny last
-    axis, which are several times slower on CPU."""
-    state = conv_state.index_select(0, slots)  # [N, D, W-1], oldest first
+    appended); slot_range: (first, stop) when the slots are consecutive
+    (``slots.consecutive``), to update the records in place. Whole [N, D]
+    multiply-adds rather than ops over the tiny last axis, which are several
+    times slower on CPU."""
+    saved = SlotRecords(conv_state, slots, slot_range)
+    state = saved.records  # [N, D, W-1], oldest first
     keep = state.shape[-1]
     out = x * weight[:, keep] if bias is None else torch.addcmul(bias, x, weight[:, keep])
     for k in range(keep):
         out.addcmul_(state[:, :, k].to(x.dtype), weight[:, k])
-    conv_state.index_copy_(0, slots, torch.cat([state[:, :, 1:], x.unsqueeze(-1).to(state.dtype)], dim=-1))
+    saved.store(torch.cat([state[:, :, 1:], x.unsqueeze(-1).to(state.dtype)], dim=-1))
     return F.silu(out, inplace=True) if activation == "silu" else out
 
 

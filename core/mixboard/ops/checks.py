@@ -23,17 +23,20 @@ def build_impl(backend: type, spec: Any, env: Any, layer_name: str) -> Any:
 def expect(layer: str, what: str, tensor: Any, shape: Sequence[int | None], dtype: torch.dtype | None = None,
            device: torch.device | None = None) -> None:
     """Raise BackendInputError unless ``tensor`` has ``shape`` (None matches
-    any size), ``dtype`` and ``device`` (each when given)."""
+    any size), ``dtype`` and ``device`` (each when given). Every layer runs
+    these on every step, so the passing case is kept to a few comparisons."""
     if not isinstance(tensor, torch.Tensor):
         raise BackendInputError(f"{layer}: {what} must be a tensor, got {type(tensor).__name__}")
-    ok = tensor.dim() == len(shape) and all(e is None or e == s for e, s in zip(shape, tensor.shape))
-    if not ok:
+    actual = tensor.shape
+    if len(actual) != len(shape) or any(e is not None and e != s for e, s in zip(shape, actual)):
         wanted = "[" + ", ".join("*" if e is None else str(e) for e in shape) + "]"
-        raise BackendInputError(f"{layer}: {what} must have shape {wanted}, got {list(tensor.shape)}")
+        raise BackendInputError(f"{layer}: {what} must have shape {wanted}, got {list(actual)}")
     if dtype is not None and tensor.dtype != dtype:
         raise BackendInputError(f"{layer}: {what} must be {dtype}, got {tensor.dtype}")
-    if device is not None and tensor.device.type != torch.device(device).type:
-        raise BackendInputError(f"{layer}: {what} must be on {device}, got {tensor.device}")
+    if device is not None:
+        kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+        if tensor.device.type != kind:
+            raise BackendInputError(f"{layer}: {what} must be on {device}, got {tensor.device}")
 
 
 def expect_state(layer: str, state: Any, names: Sequence[str]) -> None:
@@ -54,7 +57,16 @@ def repeated(values) -> tuple[int, ...]:
     return tuple(repeats)
 
 
-def expect_slots(layer: str, slots_cpu: torch.Tensor, num_slots: int) -> None:
-    """Every sequence's slot must exist in the pool (checked on the host copy)."""
-    if slots_cpu.numel() and (int(slots_cpu.min()) < 0 or int(slots_cpu.max()) >= num_slots):
+def slot_bounds(slots: Sequence[int]) -> tuple[int, int]:
+    """(smallest, largest) of a step's slots, worked out once per step by a
+    builder so that each layer's ``expect_slots`` compares two ints."""
+    return (min(slots), max(slots)) if len(slots) else (0, -1)
+
+
+def expect_slots(layer: str, slots_cpu: torch.Tensor, num_slots: int, bounds: tuple[int, int] | None = None) -> None:
+    """Every sequence's slot must exist in the pool (checked on the host copy,
+    or on its precomputed ``bounds``)."""
+    if bounds is None:
+        bounds = slot_bounds(slots_cpu.tolist())
+    if bounds[0] < 0 or bounds[1] >= num_slots:
         raise BackendInputError(f"{layer}: state slot {slots_cpu.tolist()} out of range: the pool has {num_slots} slots")

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import fuse
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
@@ -14,6 +16,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # the same arithmetic as below in one call (bitwise equal in float32)
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # float32 statistics whatever the model dtype, as the reference implementations do
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -30,16 +35,24 @@ class GatedMLP(nn.Module):
         for name, (i, o) in zip(names, ((hidden, intermediate), (hidden, intermediate), (intermediate, hidden))):
             setattr(self, name, nn.Linear(i, o, bias=bias))
 
+    def finalize(self) -> None:
+        """gate and up read the same input: one product (see linear.py)."""
+        gate, up, _ = self.names
+        self.gate_up = fuse(getattr(self, gate), getattr(self, up))
+        delattr(self, gate)
+        delattr(self, up)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up, down = (getattr(self, n) for n in self.names)
-        return down(F.silu(gate(x)) * up(x))
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return getattr(self, self.names[2])(F.silu(gate) * up)
 
 
 class Rotary(nn.Module):
     """Rotary position embedding (rotate-half convention) on the first
     ``rotary_dim`` channels of each head. The cos/sin table is computed on
     first use and grows on demand (so a model built on the meta device needs
-    nothing from the checkpoint for it)."""
+    nothing from the checkpoint for it). One Rotary serves every layer of a
+    model: the rows of a step's positions are looked up once per step."""
 
     def __init__(self, head_size: int, theta: float, rotary_dim: int | None = None, scaling: dict | None = None):
         super().__init__()
@@ -55,24 +68,32 @@ class Rotary(nn.Module):
             if self.scaling:
                 inv_freq = _scaled(inv_freq, self.scaling)
             freqs = torch.outer(torch.arange(size, dtype=torch.float64, device="cpu"), inv_freq)
-            emb = torch.cat([freqs, freqs], -1)
-            self._cos, self._sin = emb.cos().to(device, dtype), emb.sin().to(device, dtype)
+            # rotate_half(x) * sin == swap_halves(x) * (sin with its first half negated)
+            self._cos = torch.cat([freqs, freqs], -1).cos().to(device, dtype)
+            self._sin = torch.cat([-freqs, freqs], -1).sin().to(device, dtype)
         return self._cos, self._sin
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, max_position: int):
-        """q: [T, Hq, D], k: [T, Hk, D]; positions: [T]; max_position: the
-        largest position in the step (known on the host: no device sync)."""
-        cos, sin = self._table(max_position + 1, q.device, q.dtype)
-        cos, sin = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
-        return _rotate(q, cos, sin, self.rotary_dim), _rotate(k, cos, sin, self.rotary_dim)
+    def rows(self, positions: torch.Tensor, step, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin at the step's positions, [T, 1, rotary_dim], once per step."""
+        memo = step.memo.get(self)
+        if memo is None:
+            cos, sin = self._table(step.max_position + 1, like.device, like.dtype)
+            memo = step.memo[self] = (cos[positions].unsqueeze(1), sin[positions].unsqueeze(1))
+        return memo
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
+        """x: [T, heads, D] (q, k, or both side by side) -> x rotated, a new tensor."""
+        cos, sin = self.rows(positions, step, x)
+        dim = self.rotary_dim
+        if dim == x.shape[-1]:
+            return _rotate(x, cos, sin)
+        return torch.cat([_rotate(x[..., :dim], cos, sin), x[..., dim:]], -1)
 
 
-def _rotate(x, cos, sin, dim):
-    rot, rest = x[..., :dim], x[..., dim:]
-    half = dim // 2
-    rotated = torch.cat([-rot[..., half:], rot[..., :half]], -1)
-    out = rot * cos + rotated * sin
-    return out if rest.shape[-1] == 0 else torch.cat([out, rest], -1)
+def _rotate(x, cos, sin):
+    t, h, d = x.shape
+    swapped = x.reshape(t, h, 2, d // 2).flip(2).view(t, h, d)
+    return torch.addcmul(x * cos, swapped, sin)
 
 
 def _scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:

@@ -14,6 +14,7 @@ from torch import nn
 from mixboard import AttentionSpec, Mamba1Spec, Mamba1Weights, Mamba2Spec, Mamba2Weights, ShortConvSpec, ShortConvWeights
 
 from .blocks import RMSNorm, Rotary
+from .linear import fuse
 
 
 class MixerLayer(nn.Module):
@@ -46,15 +47,26 @@ class AttentionLayer(MixerLayer):
         self.qk_norm = qk_norm_eps is not None
         self.rotary = rotary
 
+    def finalize(self):
+        # q, k and v read the same input: one product (see linear.py)
+        self.qkv_proj = fuse(self.q_proj, self.k_proj, self.v_proj)
+        del self.q_proj, self.k_proj, self.v_proj
+
     def forward(self, x, positions, step):
         t, s = x.shape[0], self.spec
-        q = self.q_proj(x).view(t, s.num_heads, s.head_size)
-        k = self.k_proj(x).view(t, s.num_kv_heads, s.head_size)
-        v = self.v_proj(x).view(t, s.num_kv_heads, s.head_size)
+        h, kv, d = s.num_heads, s.num_kv_heads, s.head_size
+        qkv = self.qkv_proj(x)
+        v = qkv[:, (h + kv) * d:].view(t, kv, d)
         if self.qk_norm:
-            q, k = self.q_layernorm(q), self.k_layernorm(k)
-        if self.rotary is not None:
-            q, k = self.rotary(q, k, positions, step.max_position)
+            q = self.q_layernorm(qkv[:, :h * d].view(t, h, d))
+            k = self.k_layernorm(qkv[:, h * d:(h + kv) * d].view(t, kv, d))
+            if self.rotary is not None:
+                q, k = self.rotary(q, positions, step), self.rotary(k, positions, step)
+        else:
+            qk = qkv[:, :(h + kv) * d].view(t, h + kv, d)
+            if self.rotary is not None:  # q and k side by side: one rotation
+                qk = self.rotary(qk, positions, step)
+            q, k = qk[:, :h], qk[:, h:]
         impl, state, meta = step.lookup(self.layer_name)
         out = impl.forward(q, k, v, state, meta)
         return getattr(self, self.out_name)(out.reshape(t, -1))
@@ -82,6 +94,7 @@ class Mamba1Layer(MixerLayer):
             dt_proj_bias=self.dt_proj.bias.detach(), A=-torch.exp(self.A_log.detach().float()).to(self.A_log.dtype),
             D=self.D.detach(),
         )
+        del self.x_proj, self.dt_proj  # the backend applies them, from the record: not the model's to pack
 
     def forward(self, x, positions, step):
         xz = self.in_proj(x)

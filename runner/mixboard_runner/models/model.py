@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .linear import pack_linears
 from .mixers import MixerLayer
 
 
@@ -94,6 +95,15 @@ class CausalLM(nn.Module):
     def layer_decls(self) -> list[tuple[str, str, object]]:
         """(name, kind, spec) of every mixer: what the registry plans."""
         return [(m.layer_name, m.kind, m.spec) for m in self.mixers()]
+
+    def finalize(self) -> None:
+        """Once the weights are loaded and on their device: let every module
+        precompute what each step would redo (fused projections, weights
+        records), then pack the projections (see linear.py)."""
+        for module in list(self.modules()):
+            if module is not self and callable(getattr(module, "finalize", None)):
+                module.finalize()
+        pack_linears(self)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
         """Hidden states after the final norm, [T, hidden]."""

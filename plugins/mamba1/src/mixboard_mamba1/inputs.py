@@ -37,7 +37,7 @@ class InputChecks:
         expect_state(layer, state, ("conv", "ssm"))
         expect(layer, "state 'conv'", state["conv"], (None, DI, W - 1), dtype=self.conv_dtype, device=device)
         expect(layer, "state 'ssm'", state["ssm"], (None, DI, N), dtype=self.state_dtype, device=device)
-        expect_slots(layer, meta.slots_cpu, min(state["conv"].shape[0], state["ssm"].shape[0]))
+        expect_slots(layer, meta.slots_cpu, min(state["conv"].shape[0], state["ssm"].shape[0]), meta.slot_bounds)
         if meta.repeated_slot is not None:
             raise BackendInputError(f"{layer}: every sequence of a step needs its own state slot; "
                                     f"slot {meta.repeated_slot} is given twice in {meta.slots_cpu.tolist()}")

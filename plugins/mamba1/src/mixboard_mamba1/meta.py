@@ -9,7 +9,8 @@ import torch
 
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.causal_conv import ConvIndex
-from mixboard.ops.checks import BackendInputError, repeated
+from mixboard.ops.checks import BackendInputError, repeated, slot_bounds
+from mixboard.ops.slots import consecutive
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Mamba1Meta:
     decode_slots: torch.Tensor  # [num_decodes] int64 on the device: the decodes' slots
     decode_slots_i32: torch.Tensor  # the same, int32 (what the CUDA kernels take)
     slots_cpu: torch.Tensor  # [num_seqs] every sequence's slot, on the host (for checks)
+    slot_bounds: tuple[int, int]  # their (min, max), for the per-layer range check
     prefills: tuple[Prefill, ...]
     conv_index: ConvIndex | None  # the ragged conv's index (mamba1_torch, batches with a prefill)
     repeated_slot: int | None  # a slot given to two sequences of the step, if any
@@ -57,10 +59,11 @@ def build_meta(common: CommonBatchMetadata, width: int, conv_index: bool = True)
         decode_slots=decode_slots.long(),
         decode_slots_i32=decode_slots.to(torch.int32).contiguous(),
         slots_cpu=slots_cpu,
+        slot_bounds=slot_bounds(slots),
         prefills=prefills,
         conv_index=ConvIndex.build(common, width) if conv_index and prefills else None,
         repeated_slot=next(iter(repeated(slots)), None),
-        decode_range=(slots[0], slots[0] + nd) if nd and slots[:nd] == list(range(slots[0], slots[0] + nd)) else None,
+        decode_range=consecutive(slots[:nd]),
     )
 
 

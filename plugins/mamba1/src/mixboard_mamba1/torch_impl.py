@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from mixboard.kinds.mamba1 import Mamba1Impl, Mamba1Spec
 from mixboard.ops.causal_conv import ConvIndex, causal_conv1d, causal_conv1d_step
+from mixboard.ops.slots import SlotRecords
 
 from .inputs import InputChecks, as_float
 from .meta import Mamba1Meta, as_meta
@@ -38,7 +39,8 @@ class Mamba1TorchImpl(Mamba1Impl):
         x32 = x.float()
         conv_w, conv_b = weights.conv_weight.float(), as_float(weights.conv_bias)
         if meta.all_decodes:
-            xc = causal_conv1d_step(x32, conv_w, conv_b, conv_pool, meta.decode_slots, activation="silu")
+            xc = causal_conv1d_step(x32, conv_w, conv_b, conv_pool, meta.decode_slots, activation="silu",
+                                    slot_range=meta.decode_range)
         else:
             index = meta.conv_index or ConvIndex.build(meta.common, spec.d_conv)  # a meta built without it
             xc = causal_conv1d(x32, conv_w, conv_b, conv_pool, index, activation="silu")
@@ -66,28 +68,9 @@ def project(xc: torch.Tensor, weights, spec: Mamba1Spec):
     return dt, x_dbl[:, R:R + N], x_dbl[:, R + N:]
 
 
-class SlotRecords:
-    """The decodes' records of one pool: a view where their slots are consecutive
-    (updated in place), else a gathered copy that ``store`` scatters back."""
-
-    def __init__(self, pool: torch.Tensor, meta: Mamba1Meta):
-        self.pool, self.meta = pool, meta
-        if meta.decode_range is not None:
-            self.records = pool[meta.decode_range[0]:meta.decode_range[1]]
-        else:
-            self.records = pool.index_select(0, meta.decode_slots)
-
-    def store(self, records: torch.Tensor) -> None:
-        if self.meta.decode_range is not None:
-            if records is not self.records:
-                self.records.copy_(records)
-        else:
-            self.pool.index_copy_(0, self.meta.decode_slots, records.to(self.pool.dtype))
-
-
 def ssm_step(pool: torch.Tensor, meta: Mamba1Meta, u, dt, A, B, C) -> torch.Tensor:
     """One token for each decode: h = exp(dt A) h + dt u B, y = C . h. Returns y [n, D]."""
-    saved = SlotRecords(pool, meta)
+    saved = SlotRecords(pool, meta.decode_slots, meta.decode_range)
     h = saved.records if saved.records.dtype == torch.float32 else saved.records.float()  # [n, D, N]
     decay = torch.mul(dt.unsqueeze(-1), A * LOG2E).exp2_()  # exp(dt A), by the cheaper exp2 kernel
     h.mul_(decay).addcmul_((dt * u).unsqueeze(-1), B.unsqueeze(1))

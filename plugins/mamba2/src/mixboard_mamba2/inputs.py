@@ -13,16 +13,42 @@ from mixboard.ops.checks import BackendInputError, expect, expect_slots, expect_
 from .step import Mamba2Step
 
 
-def check_inputs(layer: str, spec: Mamba2Spec, z: Any, xBC: Any, dt: Any, weights: Any,
-                 state: Mapping[str, Any], step: Mamba2Step) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raise BackendInputError on the first thing that is wrong; return the (conv, ssm) pools."""
-    T, H, P, N, W = step.num_tokens, spec.num_heads, spec.head_dim, spec.d_state, spec.d_conv
-    dtype = torch_dtype(spec.dtype)
-    expect(layer, "xBC", xBC, (T, spec.conv_dim), dtype)
-    device = xBC.device
-    expect(layer, "z", z, (T, spec.d_inner), dtype, device)
-    expect(layer, "dt", dt, (T, H), dtype, device)
+class InputChecks:
+    """An impl's checks of its inputs. A weights record is frozen, so it is
+    checked once per (record, device); activations, pools and the step's
+    slots on every call."""
 
+    def __init__(self, spec: Mamba2Spec):
+        self.spec = spec
+        self.dtype = torch_dtype(spec.dtype)
+        self.state_dtype = torch_dtype(spec.state_dtype or spec.dtype)
+        self._checked: tuple[Any, torch.device] | None = None
+
+    def __call__(self, layer: str, z: Any, xBC: Any, dt: Any, weights: Any, state: Mapping[str, Any],
+                 step: Mamba2Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raise BackendInputError on the first thing that is wrong; return the (conv, ssm) pools."""
+        spec = self.spec
+        T, H, P, N, W = step.num_tokens, spec.num_heads, spec.head_dim, spec.d_state, spec.d_conv
+        expect(layer, "xBC", xBC, (T, spec.conv_dim), self.dtype)
+        device = xBC.device
+        expect(layer, "z", z, (T, spec.d_inner), self.dtype, device)
+        expect(layer, "dt", dt, (T, H), self.dtype, device)
+        if self._checked is None or self._checked[0] is not weights or self._checked[1] != device:
+            check_weights(layer, spec, weights, device)
+            self._checked = (weights, device)
+        expect_state(layer, state, ("conv", "ssm"))
+        conv, ssm = state["conv"], state["ssm"]
+        expect(layer, "state['conv']", conv, (None, spec.conv_dim, W - 1), self.state_dtype, device)
+        expect(layer, "state['ssm']", ssm, (None, H, P, N), self.state_dtype, device)
+        expect_slots(layer, step.slots_cpu, min(conv.shape[0], ssm.shape[0]), step.slot_bounds)
+        if step.duplicate_slot is not None:
+            raise BackendInputError(f"{layer}: state slot {step.duplicate_slot} is given to two sequences of one "
+                                    f"step (slots {step.slots_cpu.tolist()}); each sequence needs its own")
+        return conv, ssm
+
+
+def check_weights(layer: str, spec: Mamba2Spec, weights: Any, device: torch.device) -> None:
+    H, W = spec.num_heads, spec.d_conv
     if not isinstance(weights, Mamba2Weights):
         raise BackendInputError(f"{layer}: weights must be Mamba2Weights, got {type(weights).__name__}")
     expect(layer, "weights.conv_weight", weights.conv_weight, (spec.conv_dim, W), device=device)
@@ -35,13 +61,3 @@ def check_inputs(layer: str, spec: Mamba2Spec, z: Any, xBC: Any, dt: Any, weight
     for name, size in (("dt_bias", H), ("A", H), ("D", H), ("norm_weight", spec.d_inner)):
         expect(layer, f"weights.{name}", getattr(weights, name), (size,), device=device)
 
-    expect_state(layer, state, ("conv", "ssm"))
-    state_dtype = torch_dtype(spec.state_dtype or spec.dtype)
-    conv, ssm = state["conv"], state["ssm"]
-    expect(layer, "state['conv']", conv, (None, spec.conv_dim, W - 1), state_dtype, device)
-    expect(layer, "state['ssm']", ssm, (None, H, P, N), state_dtype, device)
-    expect_slots(layer, step.slots_cpu, min(conv.shape[0], ssm.shape[0]))
-    if step.duplicate_slot is not None:
-        raise BackendInputError(f"{layer}: state slot {step.duplicate_slot} is given to two sequences of one step "
-                                f"(slots {step.slots_cpu.tolist()}); each sequence needs its own")
-    return conv, ssm

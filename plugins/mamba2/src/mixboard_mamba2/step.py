@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.causal_conv import ConvIndex
-from mixboard.ops.checks import repeated
+from mixboard.ops.checks import repeated, slot_bounds
+from mixboard.ops.slots import consecutive
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,10 @@ class Mamba2Step:
     num_tokens: int
     num_decodes: int  # the first num_decodes tokens are one-token decodes
     decode_slots: torch.Tensor  # int64 [num_decodes], on the device
-    decode_slot_list: list[int]  # the same as ints
+    decode_range: tuple[int, int] | None  # (first, stop) when those slots are consecutive: records in place
     prefills: tuple[Prefill, ...]
     slots_cpu: torch.Tensor  # every sequence's slot, host copy (checked against the pools)
+    slot_bounds: tuple[int, int]  # their (min, max), for the per-layer range check
     duplicate_slot: int | None  # a slot two sequences of this step share (an error)
 
 
@@ -52,9 +54,10 @@ def plan_step(common: CommonBatchMetadata, conv_width: int) -> Mamba2Step:
         num_tokens=common.num_tokens,
         num_decodes=nd,
         decode_slots=common.state_slots[:nd].long(),
-        decode_slot_list=slots[:nd],
+        decode_range=consecutive(slots[:nd]),
         prefills=prefills,
         slots_cpu=slots_cpu,
+        slot_bounds=slot_bounds(slots),
         duplicate_slot=next(iter(repeated(slots)), None),
     )
 

@@ -15,7 +15,7 @@ from mixboard.kinds.mamba2 import Mamba2Impl, Mamba2Spec, Mamba2Weights
 from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
 
 from .gated_norm import gated_rmsnorm
-from .inputs import check_inputs
+from .inputs import InputChecks
 from .ssd import discretize, ssd_decode, ssd_prefill
 from .step import as_step
 
@@ -31,17 +31,19 @@ def conv_weights_as(weights: Mamba2Weights, dtype: torch.dtype) -> tuple[torch.T
 class Mamba2TorchImpl(Mamba2Impl):
     def __init__(self, spec: Mamba2Spec):
         self.spec = spec
+        self.check = InputChecks(spec)
 
     def forward(self, z: torch.Tensor, xBC: torch.Tensor, dt: torch.Tensor, weights: Mamba2Weights,
                 state: Mapping[str, torch.Tensor], meta: Any) -> torch.Tensor:
         spec = self.spec
         step = as_step(self.layer_name, meta, spec)
-        conv_pool, ssm_pool = check_inputs(self.layer_name, spec, z, xBC, dt, weights, state, step)
+        conv_pool, ssm_pool = self.check(self.layer_name, z, xBC, dt, weights, state, step)
         T, H, P, G, N, DI = step.num_tokens, spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state, spec.d_inner
 
         conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
         if step.num_decodes == T:  # decodes only: one window per sequence, no conv over a sequence
-            xbc = causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu")
+            xbc = causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu",
+                                     slot_range=step.decode_range)
         else:
             xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv, activation="silu")
         xbc = xbc.float()
@@ -54,7 +56,7 @@ class Mamba2TorchImpl(Mamba2Impl):
         y = torch.empty(T, H, P, dtype=torch.float32, device=xBC.device)
         nd = step.num_decodes
         if nd:
-            y[:nd] = ssd_decode(ssm_pool, step.decode_slots, step.decode_slot_list, x[:nd], dts[:nd], A, B[:nd],
+            y[:nd] = ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x[:nd], dts[:nd], A, B[:nd],
                                  C[:nd])
         for p in step.prefills:
             initial = ssm_pool[p.slot].float() if p.continues else None

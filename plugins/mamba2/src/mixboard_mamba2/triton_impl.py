@@ -23,7 +23,7 @@ import torch
 from mixboard.kinds.mamba2 import Mamba2Impl, Mamba2Spec, Mamba2Weights
 from mixboard.ops.causal_conv import causal_conv1d
 
-from .inputs import check_inputs
+from .inputs import InputChecks
 from .ssd import discretize
 from .torch_impl import conv_weights_as
 from .triton_step import as_triton_step
@@ -36,6 +36,7 @@ class Mamba2TritonImpl(Mamba2Impl):
         from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
 
         self.spec = spec
+        self.check = InputChecks(spec)
         self._scan, self._update, self._norm = mamba_chunk_scan_combined, selective_state_update, rmsnorm_fn
         self.dt_limit = (spec.dt_min, spec.dt_max)
         # selective_state_update has no dt limit: with one, dt is discretized here first.
@@ -45,7 +46,7 @@ class Mamba2TritonImpl(Mamba2Impl):
                 state: Mapping[str, torch.Tensor], meta: Any) -> torch.Tensor:
         spec = self.spec
         step = as_triton_step(self.layer_name, meta, spec)
-        conv_pool, ssm_pool = check_inputs(self.layer_name, spec, z, xBC, dt, weights, state, step.base)
+        conv_pool, ssm_pool = self.check(self.layer_name, z, xBC, dt, weights, state, step.base)
         T, H, P, G, N = step.base.num_tokens, spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state
         DI = spec.d_inner
 

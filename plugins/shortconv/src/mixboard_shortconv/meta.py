@@ -15,6 +15,7 @@ import torch
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.causal_conv import ConvIndex
 from mixboard.ops.checks import repeated
+from mixboard.ops.slots import consecutive
 
 
 @dataclass
@@ -29,6 +30,7 @@ class ShortConvMeta:
     slot_max: int
     repeated_slots: tuple[int, ...]  # slots given to more than one sequence (an error at forward)
     conv_index: ConvIndex | None  # None for an all-decode step, whose path does not need it
+    slot_range: tuple[int, int] | None = None  # (first, stop) when the slots are consecutive: records in place
 
 
 def build_meta(common: CommonBatchMetadata, width: int) -> ShortConvMeta:
@@ -49,4 +51,5 @@ def build_meta(common: CommonBatchMetadata, width: int) -> ShortConvMeta:
         slot_max=max(values, default=-1),
         repeated_slots=repeats,
         conv_index=None if all_decode else ConvIndex.build(common, width),
+        slot_range=consecutive(values),
     )

@@ -23,7 +23,8 @@ class ShortConvTorchImpl(ShortConvImpl):
         pool = check_inputs(self.layer_name, self.want, B, C, x, weights, state, meta)
         bx = B * x  # the conv input, and what the state keeps (as in Lfm2ShortConv)
         if meta.all_decode:
-            conv = causal_conv1d_step(bx, weights.conv_weight, weights.conv_bias, pool, meta.slots)
+            conv = causal_conv1d_step(bx, weights.conv_weight, weights.conv_bias, pool, meta.slots,
+                                      slot_range=meta.slot_range)
         else:
             conv = causal_conv1d(bx, weights.conv_weight, weights.conv_bias, pool, meta.conv_index)
         return conv.mul_(C)  # conv is a fresh tensor on both paths: gate it in place
