@@ -18,6 +18,7 @@ from mixboard.errors import UsageError
 from mixboard.ops.checks import build_impl
 
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
+from .host_memory import reuse_freed_memory
 from .loader import load_model
 from .tokenizer import encode_prompt, load_tokenizer
 from .sampling import SamplingParams, sample
@@ -73,11 +74,15 @@ class Engine:
     def __init__(self, model: str | Path | None = None, *, device: str = "cpu", dtype: str = "float32",
                  backend: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
                  max_batched_tokens: int = 2048, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None,
-                 registry=None):
+                 registry=None, reuse_host_memory: bool | None = None):
+        """``reuse_host_memory``: keep large freed blocks in the process's heap
+        for reuse (glibc only; see host_memory.py). Default: on for CPU devices."""
         if dtype not in DTYPES:
             raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
         self.env = for_device(device)
         self.device = torch.device(device)
+        if reuse_host_memory if reuse_host_memory is not None else self.device.type == "cpu":
+            reuse_freed_memory()
         self.registry = registry or get_registry()
         self.model = load_model(model, dtype, device)
         self.plan = self.registry.plan(self.model.layer_decls(), self.env, backend)

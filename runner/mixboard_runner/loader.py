@@ -17,6 +17,7 @@ from mixboard.dtypes import torch_dtype
 from .models import ARCHITECTURES, demo
 from .models.config import ConfigReader, ModelError
 from .models.model import CausalLM
+from .weights_file import read_tensors
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 DEMO = "demo"
@@ -78,6 +79,7 @@ def load_model(model: str | Path | None, dtype: str = "float32", device: str = "
     if model not in (None, DEMO):
         state = load_weights(Path(model))
         _assign(built, state, torch_dtype(dtype))
+        del state  # the model holds the tensors now: finalize() can free each one it re-lays
     built = built.to(device)
     built.finalize()
     return built.eval()
@@ -108,13 +110,11 @@ def weight_files(directory: Path) -> list[Path]:
 
 
 def load_weights(directory: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(directory):
         try:
-            state.update(load_file(str(path)))
-        except Exception as exc:  # safetensors raises its own error types
+            state.update(read_tensors(path))
+        except OSError as exc:
             raise ModelError(f"cannot read {path}: {exc}") from None
     return state
 

@@ -67,6 +67,30 @@ def test_ragged_batches_match_the_oracle_outputs_and_states(n_groups, chunk_size
             assert_close(ours[name], theirs[name])
 
 
+@pytest.mark.parametrize("n_groups", [1, 2])
+@pytest.mark.parametrize("budget", [64 << 20, 1])  # one batched scan for equal lengths; one per sequence
+def test_prefills_of_one_length_batched_match_the_oracle(monkeypatch, n_groups, budget):
+    """Consecutive prefills of one length are scanned together (as one
+    sequence with n x heads), fresh and continuing ones mixed."""
+    from mixboard_mamba2 import ssd
+
+    monkeypatch.setattr(ssd, "PREFILL_BATCH_BYTES", budget)
+    spec = small_spec(n_groups=n_groups, chunk_size=8)
+    weights = random_weights(spec, seed=3)
+    query, context, slots = [1, 1, 12, 12, 12, 5, 12, 12], [4, 9, 0, 7, 0, 0, 3, 0], [5, 1, 0, 7, 3, 9, 2, 11]
+    inputs = random_inputs(spec, sum(query), seed=4)
+    ours, theirs = fresh_state(spec, 12), fresh_state(spec, 12)
+    for pool in ours.values():
+        pool.normal_()
+    for name in ours:
+        theirs[name].copy_(ours[name])
+    out = Runner(Mamba2Torch, spec, weights)(inputs, ours, query, context, slots)
+    expected = OracleRunner(spec, weights)(inputs, theirs, query, context, slots)
+    assert_close(out, expected)
+    for name in ours:
+        assert_close(ours[name], theirs[name])
+
+
 def test_strong_decays_over_long_chunks_stay_exact():
     """Large per-token decays summed over a 256-token chunk: the segment sums must not lose precision."""
     spec = small_spec(n_groups=1, chunk_size=256)

@@ -80,8 +80,12 @@ def _bad_dirs(tmp_path, llama_dir):
     pickle_dir.mkdir()
     (pickle_dir / "config.json").write_text((llama_dir / "config.json").read_text())
     (pickle_dir / "pytorch_model.bin").write_bytes(b"not really")
+    truncated = copy("truncated")
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
     return {
         "missing config": (tmp_path / "nothing", "is not a directory"),
+        "truncated weights": (truncated, "or lie past the end of the file"),
         "malformed config": (copy("malformed", config="{not json"), "is not valid JSON"),
         "unsupported type": (copy("gpt2", config='{"model_type": "gpt2"}'),
                              "model_type 'gpt2' is not supported; supported: bamba, lfm2, llama, mamba, mamba2"),

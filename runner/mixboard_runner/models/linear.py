@@ -5,10 +5,11 @@ Two changes, both exact up to float32 summation order:
 - ``fuse``: projections that read the same input (q/k/v, gate/up) become one
   product with the weights concatenated: one pass over the input and one call
   instead of three, which is most of a decode step's cost on small models.
-- ``PackedLinear``: on CPU in float32 the weight is reordered once into
-  oneDNN's blocked layout. Measured here (2 threads, benchmarks/README.md),
-  torch's default ``F.linear`` streams thin products (decode: 1 to 16 rows)
-  at 3-8 GB/s; the packed product runs the same shapes about twice as fast.
+- ``OneDnnLinear``: on CPU in float32 the product goes through oneDNN with
+  the weight reordered once into its blocked layout. Measured here (2
+  threads, benchmarks/README.md), torch's default ``F.linear`` streams thin
+  products (decode: 1 to 16 rows) at 3-8 GB/s; the packed product runs the
+  same shapes about twice as fast.
 """
 
 from __future__ import annotations
@@ -28,32 +29,42 @@ def fuse(*linears: nn.Linear) -> nn.Linear:
     return fused
 
 
-def _packable(weight: torch.Tensor) -> bool:
+def _on_onednn(weight: torch.Tensor) -> bool:
     return (weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.dim() == 2
             and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
 
 
-class PackedLinear(nn.Module):
-    """``F.linear`` with the weight in oneDNN's layout (CPU, float32 only)."""
+class OneDnnLinear(nn.Module):
+    """``F.linear`` through oneDNN (CPU, float32 only), the weight reordered
+    once into oneDNN's blocked layout, or kept as it is where another module
+    shares it (a tied LM head reads the embedding table: a reordered copy
+    would add the whole table to peak memory, for a gain measured at under
+    10 % on one-row products)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, pack: bool = True):
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
+        self.in_features, self.out_features, self.packed = linear.in_features, linear.out_features, pack
+        weight = linear.weight.detach()
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, None) if pack else weight
         self.bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
+        layout = "oneDNN blocked" if self.packed else "shared, as loaded"
+        return f"in_features={self.in_features}, out_features={self.out_features}, weight={layout}"
 
 
 def pack_linears(module: nn.Module) -> None:
-    """Replace every packable ``nn.Linear`` below ``module`` by a PackedLinear
-    (one at a time, so the originals are freed as the copies are made)."""
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and _packable(child.weight):
-                setattr(parent, name, PackedLinear(child))
-
+    """Run every float32 CPU ``nn.Linear`` below ``module`` through oneDNN,
+    one at a time, so that each original is freed as its copy is made."""
+    shared = {id(p) for m in module.modules() if not isinstance(m, nn.Linear) for p in m.parameters(recurse=False)}
+    parents = [m for m in module.modules() if any(type(c) is nn.Linear for c in m.children())]
+    for parent in parents:
+        names = [name for name, child in parent.named_children() if type(child) is nn.Linear]
+        for name in names:
+            child = getattr(parent, name)
+            if _on_onednn(child.weight):
+                setattr(parent, name, OneDnnLinear(child, pack=id(child.weight) not in shared))
+            del child

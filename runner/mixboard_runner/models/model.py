@@ -100,9 +100,10 @@ class CausalLM(nn.Module):
         """Once the weights are loaded and on their device: let every module
         precompute what each step would redo (fused projections, weights
         records), then pack the projections (see linear.py)."""
-        for module in list(self.modules()):
-            if module is not self and callable(getattr(module, "finalize", None)):
-                module.finalize()
+        # Hold only the modules that finalize, not their projections: each
+        # original is then freed as soon as its module drops it.
+        for module in [m for m in self.modules() if m is not self and callable(getattr(m, "finalize", None))]:
+            module.finalize()
         pack_linears(self)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:

@@ -128,6 +128,50 @@ def ssd_prefill(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     return y, state
 
 
+def ssd_prefill_batch(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, n: int,
+                      chunk_size: int, initial: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` sequences of one length, packed one after another: x [n * L, H, P],
+    dt [n * L, H], B, C [n * L, G, N], initial [n, H, P, N] or None. Returns
+    (y [n * L, H, P], final states [n, H, P, N]).
+
+    Heads never mix in the scan, so the n sequences run as one sequence of
+    n * H heads in n * G groups: one call of few large products instead of n
+    calls of many small ones."""
+    if n == 1:
+        y, state = ssd_prefill(x, dt, A, B, C, chunk_size, None if initial is None else initial[0])
+        return y, state.unsqueeze(0)
+    T, H, P = x.shape
+    L = T // n
+
+    def as_heads(t: torch.Tensor) -> torch.Tensor:  # [n * L, K, ...] -> [L, n * K, ...]
+        return t.view(n, L, *t.shape[1:]).transpose(0, 1).reshape(L, n * t.shape[1], *t.shape[2:])
+
+    y, state = ssd_prefill(as_heads(x), as_heads(dt), A.repeat(n), as_heads(B), as_heads(C), chunk_size,
+                           None if initial is None else initial.reshape(n * H, *initial.shape[2:]))
+    y = y.view(L, n, H, P).transpose(0, 1).reshape(T, H, P)
+    return y, state.view(n, H, *state.shape[1:])
+
+
+# Bytes of the chunk-by-chunk products a batch of prefills may take at once (see prefill_runs).
+PREFILL_BATCH_BYTES = 64 << 20
+
+
+def prefill_runs(prefills, bytes_per_token: int) -> list[list]:
+    """Consecutive prefills of one length, in runs that ``ssd_prefill_batch``
+    takes at once; a run's scan needs about ``bytes_per_token`` per token
+    (heads x chunk x 4 bytes for the decay and score matrices)."""
+    runs: list[list] = []
+    budget = max(1, PREFILL_BATCH_BYTES // max(1, bytes_per_token))
+    for p in prefills:
+        length = p.end - p.start
+        last = runs[-1] if runs else None
+        if last and last[-1].end - last[-1].start == length and (len(last) + 1) * length <= budget:
+            last.append(p)
+        else:
+            runs.append([p])
+    return runs
+
+
 # Bytes of SSM state one batched decode update works on: small enough to stay in
 # cache between its three passes (scale, rank-1 add, read-out), so each state
 # crosses the memory bus about twice, once in and once out.

@@ -16,7 +16,7 @@ from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
 
 from .gated_norm import gated_rmsnorm
 from .inputs import InputChecks
-from .ssd import discretize, ssd_decode, ssd_prefill
+from .ssd import discretize, prefill_runs, ssd_decode, ssd_prefill_batch
 from .step import as_step
 
 
@@ -58,10 +58,14 @@ class Mamba2TorchImpl(Mamba2Impl):
         if nd:
             y[:nd] = ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x[:nd], dts[:nd], A, B[:nd],
                                  C[:nd])
-        for p in step.prefills:
-            initial = ssm_pool[p.slot].float() if p.continues else None
-            s = slice(p.start, p.end)
-            y[s], final = ssd_prefill(x[s], dts[s], A, B[s], C[s], spec.chunk_size, initial)
-            ssm_pool[p.slot] = final.to(ssm_pool.dtype)
+        for run in prefill_runs(step.prefills, 2 * H * spec.chunk_size * 4):
+            s = slice(run[0].start, run[-1].end)
+            initial = None
+            if any(p.continues for p in run):
+                initial = torch.stack([ssm_pool[p.slot].float() if p.continues else ssm_pool.new_zeros(
+                    ssm_pool.shape[1:], dtype=torch.float32) for p in run])
+            y[s], finals = ssd_prefill_batch(x[s], dts[s], A, B[s], C[s], len(run), spec.chunk_size, initial)
+            for p, final in zip(run, finals):
+                ssm_pool[p.slot] = final.to(ssm_pool.dtype)
         y.addcmul_(weights.D.float().view(1, H, 1), x)
         return gated_rmsnorm(y.view(T, DI), z, weights.norm_weight, DI // G, spec.norm_eps, xBC.dtype)

@@ -1,0 +1,55 @@
+"""The runner's projections: torch's F.linear against oneDNN (weight packed
+once, or as loaded) on the shapes of the runner benchmark's llama, side by side.
+
+    python benchmarks/runner/bench_linear.py [--threads 2]
+
+Each weight is one of enough copies to overflow the last-level cache, so a
+decode product streams its weight from memory as it does in a model step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = [("qkv", 1024, 512), ("o", 512, 512), ("gate_up", 3072, 512), ("down", 512, 1536),
+          ("lm_head", 32000, 512)]
+
+
+def bench(fn, repeats):
+    fn()
+    fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print("| weight (out x in) | rows | F.linear | oneDNN as loaded | oneDNN packed | packed vs F.linear |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, out_features, in_features in SHAPES:
+        copies = max(1, int(256e6 // (out_features * in_features * 4)))
+        weights = [torch.randn(out_features, in_features) for _ in range(copies)]
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in weights]
+        for rows in (1, 16, 256):
+            x = torch.randn(rows, in_features)
+            turn = iter(range(10 ** 9))
+            pick = lambda seq: seq[next(turn) % copies]  # noqa: E731
+            repeats = 40 if rows < 256 else 8
+            plain = bench(lambda: F.linear(x, pick(weights)), repeats)
+            loaded = bench(lambda: torch.ops.mkldnn._linear_pointwise(x, pick(weights), None, "none", [], ""), repeats)
+            fast = bench(lambda: torch.ops.mkldnn._linear_pointwise(x, pick(packed), None, "none", [], ""), repeats)
+            print(f"| {name} ({out_features} x {in_features}) | {rows} | {plain * 1e3:.3f} ms | {loaded * 1e3:.3f} ms | "
+                  f"{fast * 1e3:.3f} ms | {plain / fast:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
