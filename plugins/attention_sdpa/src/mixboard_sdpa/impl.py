@@ -58,7 +58,11 @@ class SdpaAttentionImpl(AttentionImpl):
         keys = torch.index_select(k_cache, 0, chunk.blocks, out=meta.buffer("k", shape, k_cache))
         values = torch.index_select(v_cache, 0, chunk.blocks, out=meta.buffer("v", shape, v_cache))
         keys, values = (t.view(n, L, kvh, d).transpose(1, 2) for t in (keys, values))
-        mask = meta.mask(("decode", i, self.window), lambda: self._decode_mask(chunk))
+        if chunk.same_len is not None and self.window is None:
+            # one length for all: drop the padded tail instead of masking it (the kernel's unmasked path is faster)
+            keys, values, mask = keys[:, :, :chunk.same_len], values[:, :, :chunk.same_len], None
+        else:
+            mask = meta.mask(("decode", i, self.window), lambda: self._decode_mask(chunk))
         res = attend(q.index_select(0, chunk.rows).unsqueeze(2), keys, values, mask,
                      causal=False, scale=self.scale, soft_cap=self.spec.logits_soft_cap)
         out.index_copy_(0, chunk.rows, res.squeeze(2))

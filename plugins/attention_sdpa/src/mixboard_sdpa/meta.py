@@ -37,6 +37,7 @@ class DecodeChunk:
     blocks: torch.Tensor  # int64 [n * num_blocks]: blocks to gather, row by row
     num_keys: int  # num_blocks * block_size: padded keys per sequence
     seq_lens: torch.Tensor  # int64 [n, 1]: valid keys per sequence
+    same_len: int | None = None  # the length every sequence of the chunk has, if they share one
 
 
 @dataclass
@@ -135,6 +136,7 @@ def _decode_chunks(table, seq_lens, nblocks, bs, bytes_per_token, device) -> tup
         rows_t = torch.tensor(rows, device=device)
         blocks = torch.where(own.to(device), table[rows_t, :width], 0).reshape(-1)
         lens = torch.tensor([seq_lens[r] for r in rows], device=device).view(-1, 1)
-        chunks.append(DecodeChunk(rows_t, blocks, width * bs, lens))
+        same = seq_lens[rows[0]] if all(seq_lens[r] == seq_lens[rows[0]] for r in rows) else None
+        chunks.append(DecodeChunk(rows_t, blocks, width * bs, lens, same))
         i += n
     return tuple(chunks)
