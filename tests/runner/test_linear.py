@@ -1,0 +1,77 @@
+"""The runner's inference-time projections: fused and oneDNN products against
+torch's F.linear, what stays shared, and the allocator setting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from checkpoints import make_checkpoint
+from mixboard_runner.loader import load_model
+from mixboard_runner.models.linear import OneDnnLinear, fuse, pack_linears
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+def test_fuse_is_the_concatenation_of_the_parts():
+    torch.manual_seed(0)
+    parts = [nn.Linear(24, n, bias=True) for n in (16, 8, 8)]
+    x = torch.randn(5, 24)
+    torch.testing.assert_close(fuse(*parts)(x), torch.cat([p(x) for p in parts], -1), atol=1e-6, rtol=0)
+
+
+@needs_onednn
+@pytest.mark.parametrize("pack", [True, False])
+@pytest.mark.parametrize("rows", [1, 7, 300])
+def test_onednn_linear_matches_f_linear(pack, rows):
+    torch.manual_seed(rows)
+    linear = nn.Linear(96, 200, bias=True)
+    x = torch.randn(rows, 96)
+    expected = F.linear(x, linear.weight, linear.bias)
+    torch.testing.assert_close(OneDnnLinear(linear, pack=pack)(x), expected, atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_a_weight_another_module_shares_is_not_copied():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(50, 16)
+            self.proj = nn.Linear(16, 16)
+            self.head = nn.Linear(16, 50, bias=False)
+            self.head.weight = self.embed.weight
+
+    model = Tied()
+    pack_linears(model)
+    assert isinstance(model.head, OneDnnLinear) and not model.head.packed
+    assert model.head.weight.data_ptr() == model.embed.weight.data_ptr()  # the table itself, no copy
+    assert isinstance(model.proj, OneDnnLinear) and model.proj.packed
+
+
+@needs_onednn
+def test_a_loaded_tied_model_keeps_one_table(tmp_path):
+    make_checkpoint("lfm2", tmp_path)  # LFM2's test checkpoint ties its embeddings
+    model = load_model(tmp_path)
+    assert model.lm_head.weight.data_ptr() == model.trunk.embed_tokens.weight.data_ptr()
+
+
+@pytest.mark.parametrize("reuse, expected", [(None, "True"), (False, "False")])
+def test_the_engine_keeps_freed_memory_on_cpu_unless_told_not_to(reuse, expected):
+    script = textwrap.dedent(f"""
+        import platform
+        from mixboard_runner import host_memory
+        from mixboard_runner.engine import Engine
+        Engine("demo", reuse_host_memory={reuse})
+        print(platform.libc_ver()[0], host_memory._done)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    libc, done = out.stdout.split()
+    if libc != "glibc":
+        pytest.skip("the setting is glibc's")
+    assert done == expected
