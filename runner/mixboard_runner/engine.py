@@ -81,7 +81,9 @@ class Engine:
             raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
         self.env = for_device(device)
         self.device = torch.device(device)
-        if reuse_host_memory if reuse_host_memory is not None else self.device.type == "cpu":
+        if reuse_host_memory is None:
+            reuse_host_memory = self.device.type == "cpu"
+        if reuse_host_memory:
             reuse_freed_memory()
         self.registry = registry or get_registry()
         self.model = load_model(model, dtype, device)

@@ -46,11 +46,6 @@ class SlotRecords:
         self.pool, self.slots, self.slot_range = pool, slots, slot_range
         self.records = pool[slot_range[0]:slot_range[1]] if slot_range is not None else pool.index_select(0, slots)
 
-    @property
-    def in_place(self) -> bool:
-        """Whether the records are the pool's own memory."""
-        return self.slot_range is not None
-
     def store(self, records: torch.Tensor) -> None:
         if self.slot_range is None:
             self.pool.index_copy_(0, self.slots, records.to(self.pool.dtype))

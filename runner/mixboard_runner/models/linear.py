@@ -39,8 +39,8 @@ class OneDnnLinear(nn.Module):
     """``F.linear`` through oneDNN (CPU, float32 only), the weight reordered
     once into oneDNN's blocked layout, or kept as it is where another module
     shares it (a tied LM head reads the embedding table: a reordered copy
-    would add the whole table to peak memory, for a gain measured at under
-    10 % on one-row products)."""
+    would add the whole table to peak memory, for no gain on one-row
+    products and ~30 % on 16-row ones: benchmarks/README.md)."""
 
     def __init__(self, linear: nn.Linear, pack: bool = True):
         super().__init__()

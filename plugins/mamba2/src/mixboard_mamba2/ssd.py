@@ -25,6 +25,7 @@ from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
+from mixboard.ops.slots import SlotRecords
 
 
 def discretize(dt: torch.Tensor, dt_bias: torch.Tensor, dt_min: float, dt_max: float) -> torch.Tensor:
@@ -185,8 +186,8 @@ def ssd_decode(ssm_pool: torch.Tensor, slots: torch.Tensor, slot_range: tuple[in
     they are consecutive). x [n, H, P]; dt [n, H]; A [H]; B, C [n, G, N];
     float32. Returns y [n, H, P] without the D skip.
 
-    The update is bound by reading and writing the states: consecutive float32
-    records are updated in place in the pool (no gather, no scatter), and
+    The update is bound by reading and writing the states: consecutive records
+    are read and written in place in the pool (no gather, no scatter), and
     decodes go in batches whose states fit in cache (DECODE_STATE_BYTES), so
     that the read for y finds them there. y is [1, N] @ [N, rows] per group
     (the state seen transposed): a long output axis, several times faster on
@@ -200,17 +201,14 @@ def ssd_decode(ssm_pool: torch.Tensor, slots: torch.Tensor, slot_range: tuple[in
     Bf, Cf = B.reshape(n * G, 1, N), C.reshape(n * G, 1, N)
     y = x.new_empty(n * G, 1, rows)
     per = max(1, DECODE_STATE_BYTES // (H * P * N * 4))
-    in_place = slot_range is not None and ssm_pool.dtype == torch.float32 and ssm_pool.is_contiguous()
+    in_place = slot_range is not None and ssm_pool.is_contiguous()  # a slice of the pool views as [., rows, N]
     for a in range(0, n, per):
         b = min(n, a + per)
-        if in_place:
-            state = ssm_pool[slot_range[0] + a:slot_range[0] + b]
-        else:
-            state = ssm_pool.index_select(0, slots[a:b]).float()
+        saved = SlotRecords(ssm_pool, slots[a:b], (slot_range[0] + a, slot_range[0] + b) if in_place else None)
+        state = saved.records if saved.records.dtype == torch.float32 else saved.records.float()
         state.mul_(decay[a:b])
         flat = state.view((b - a) * G, rows, N)
         flat.addcmul_(xdt[a * G:b * G], Bf[a * G:b * G])
         torch.matmul(Cf[a * G:b * G], flat.transpose(1, 2), out=y[a * G:b * G])
-        if not in_place:
-            ssm_pool.index_copy_(0, slots[a:b], state.to(ssm_pool.dtype))
+        saved.store(state)
     return y.view(n, H, P)

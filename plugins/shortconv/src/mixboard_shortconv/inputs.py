@@ -51,8 +51,7 @@ def check_inputs(layer: str, want: Expected, B: Any, C: Any, x: Any, weights: An
     expect_state(layer, state, ("conv",))
     pool = state["conv"]
     expect(layer, "state['conv']", pool, (None, want.hidden, want.width - 1), want.state_dtype, device)
-    if meta.slot_min < 0 or meta.slot_max >= pool.shape[0]:
-        expect_slots(layer, meta.slots_cpu, pool.shape[0])
+    expect_slots(layer, meta.slots_cpu, pool.shape[0], meta.slot_bounds)
     if meta.repeated_slots:
         raise BackendInputError(f"{layer}: state slots {list(meta.repeated_slots)} are each given to more than "
                                 f"one sequence of the step (slots {meta.slots_cpu.tolist()})")

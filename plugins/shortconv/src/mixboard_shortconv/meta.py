@@ -14,7 +14,7 @@ import torch
 
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.causal_conv import ConvIndex
-from mixboard.ops.checks import repeated
+from mixboard.ops.checks import repeated, slot_bounds
 from mixboard.ops.slots import consecutive
 
 
@@ -26,8 +26,7 @@ class ShortConvMeta:
     slots: torch.Tensor  # int64 [N], for index_select / index_copy_
     slots_i32: torch.Tensor  # int32 [N], for causal-conv1d's conv_state_indices
     slots_cpu: torch.Tensor  # host copy, for the range check
-    slot_min: int
-    slot_max: int
+    slot_bounds: tuple[int, int]  # the slots' (min, max), for the per-layer range check
     repeated_slots: tuple[int, ...]  # slots given to more than one sequence (an error at forward)
     conv_index: ConvIndex | None  # None for an all-decode step, whose path does not need it
     slot_range: tuple[int, int] | None = None  # (first, stop) when the slots are consecutive: records in place
@@ -47,8 +46,7 @@ def build_meta(common: CommonBatchMetadata, width: int) -> ShortConvMeta:
         slots=common.state_slots.long(),
         slots_i32=common.state_slots.int(),
         slots_cpu=slots_cpu,
-        slot_min=min(values, default=0),
-        slot_max=max(values, default=-1),
+        slot_bounds=slot_bounds(values),
         repeated_slots=repeats,
         conv_index=None if all_decode else ConvIndex.build(common, width),
         slot_range=consecutive(values),
