@@ -4,6 +4,8 @@ importlib.metadata finds them exactly as it finds pip-installed packages."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 import textwrap
 from importlib import metadata
@@ -41,3 +43,17 @@ def forget_modules(*prefixes: str) -> None:
     for name in list(sys.modules):
         if name.split(".")[0] in prefixes:
             del sys.modules[name]
+
+
+def install_doc_project(doc: Path, into: Path, project: str) -> tuple[set[str], Path]:
+    """Write every "File `path`:" block of ``doc`` under ``into`` and
+    pip-install the folder ``project`` from there into ``into / "site"``, as a
+    reader following the doc would. Returns (the files' paths, the site folder)."""
+    files = dict(re.findall(r"File `([^`]+)`:\n\n```[a-z]*\n(.*?)```", doc.read_text(), flags=re.S))
+    for rel, text in files.items():
+        (into / rel).parent.mkdir(parents=True, exist_ok=True)
+        (into / rel).write_text(text)
+    site = into / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(into / project)], check=True)
+    return set(files), site

@@ -5,29 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+from distfactory import install_doc_project
+
 DOC = Path(__file__).parent.parent / "docs" / "plugins.md"
 
 
-def doc_files() -> dict[str, str]:
-    text = DOC.read_text()
-    return dict(re.findall(r"File `([^`]+)`:\n\n```[a-z]*\n(.*?)```", text, flags=re.S))
-
-
 def test_vendor_quickstart_from_an_empty_folder(tmp_path):
-    files = doc_files()
-    assert set(files) == {"acme-mixboard/pyproject.toml", "acme-mixboard/acme_mixboard/plugin.py",
-                          "acme-mixboard/acme_mixboard/attention.py"}
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(tmp_path / "acme-mixboard")], check=True)
+    files, target = install_doc_project(DOC, tmp_path, "acme-mixboard")
+    assert files == {"acme-mixboard/pyproject.toml", "acme-mixboard/acme_mixboard/plugin.py",
+                     "acme-mixboard/acme_mixboard/attention.py"}
     env = {k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")}
     env.update(PYTHONPATH=str(target), MIXBOARD_PLUGINS="acme")
 

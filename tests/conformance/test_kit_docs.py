@@ -7,29 +7,20 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+from distfactory import install_doc_project
+
 DOC = Path(__file__).parents[2] / "docs" / "conformance.md"
 
 
-def doc_files() -> dict[str, str]:
-    return dict(re.findall(r"File `([^`]+)`:\n\n```[a-z]*\n(.*?)```", DOC.read_text(), flags=re.S))
-
-
 def test_from_an_empty_folder_to_mixboard_check_passing(tmp_path):
-    files = doc_files()
-    assert set(files) == {"acme-shortconv/pyproject.toml", "acme-shortconv/acme_shortconv/plugin.py",
-                          "acme-shortconv/acme_shortconv/backend.py", "acme-shortconv/acme_shortconv/impl.py",
-                          "acme-shortconv/tests/test_conformance.py"}
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(tmp_path / "acme-shortconv")], check=True)
+    files, target = install_doc_project(DOC, tmp_path, "acme-shortconv")
+    assert files == {"acme-shortconv/pyproject.toml", "acme-shortconv/acme_shortconv/plugin.py",
+                     "acme-shortconv/acme_shortconv/backend.py", "acme-shortconv/acme_shortconv/impl.py",
+                     "acme-shortconv/tests/test_conformance.py"}
     env = {k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")}
     env["PYTHONPATH"] = str(target)
 
