@@ -14,7 +14,7 @@ from torch import nn
 
 from checkpoints import make_checkpoint
 from mixboard_runner.loader import load_model
-from mixboard_runner.models.linear import OneDnnLinear, fuse, pack_linears
+from mixboard_runner.models.linear import OneDnnLinear, column_major, fuse, pack_linears
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 
@@ -58,7 +58,25 @@ def test_a_weight_another_module_shares_is_not_copied():
 def test_a_loaded_tied_model_keeps_one_table(tmp_path):
     make_checkpoint("lfm2", tmp_path)  # LFM2's test checkpoint ties its embeddings
     model = load_model(tmp_path)
-    assert model.lm_head.weight.data_ptr() == model.trunk.embed_tokens.weight.data_ptr()
+    table = model.trunk.embed_tokens.weight
+    assert model.lm_head.weight.data_ptr() == table.data_ptr()
+    # stored transposed, for the one-row LM head product (linear.column_major)
+    assert table.stride() == (1, table.shape[0])
+
+
+@needs_onednn
+def test_a_column_major_table_looks_up_and_projects_as_the_row_major_one():
+    torch.manual_seed(0)
+    table = torch.randn(300, 64)
+    stored = column_major(table)
+    assert torch.equal(stored, table) and stored.stride() == (1, 300)
+    ids = torch.tensor([0, 299, 7, 7])
+    assert torch.equal(F.embedding(ids, stored), F.embedding(ids, table))
+    head = OneDnnLinear(nn.Linear(64, 300, bias=False), pack=False)
+    head.weight = stored
+    for rows in (1, 16):
+        x = torch.randn(rows, 64)
+        torch.testing.assert_close(head(x), F.linear(x, table), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("reuse, expected", [(None, "True"), (False, "False")])

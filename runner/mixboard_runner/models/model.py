@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .linear import pack_linears
+from .linear import column_major, on_onednn, pack_linears
 from .mixers import MixerLayer
 
 
@@ -104,6 +104,10 @@ class CausalLM(nn.Module):
         # original is then freed as soon as its module drops it.
         for module in [m for m in self.modules() if m is not self and callable(getattr(m, "finalize", None))]:
             module.finalize()
+        embed = self.trunk.get_submodule(self.trunk.embed_name)
+        if self.tie_embeddings and on_onednn(embed.weight):
+            embed.weight = nn.Parameter(column_major(embed.weight.detach()), requires_grad=False)
+            self.lm_head.weight = embed.weight
         pack_linears(self)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
