@@ -92,10 +92,13 @@ def causal_conv1d_step(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     saved = SlotRecords(conv_state, slots, slot_range)
     state = saved.records  # [N, D, W-1], oldest first
     keep = state.shape[-1]
+    # The window [N, W, D] channel-last, made by one copy: the record's columns
+    # (stride W-1) are read once, not once per tap and again for the shift.
+    window = torch.cat([state.transpose(1, 2), x.unsqueeze(1).to(state.dtype)], dim=1)
     out = x * weight[:, keep] if bias is None else torch.addcmul(bias, x, weight[:, keep])
     for k in range(keep):
-        out.addcmul_(state[:, :, k].to(x.dtype), weight[:, k])
-    saved.store(torch.cat([state[:, :, 1:], x.unsqueeze(-1).to(state.dtype)], dim=-1))
+        out.addcmul_(window[:, k].to(x.dtype), weight[:, k])
+    saved.store(window[:, 1:].transpose(1, 2))
     return F.silu(out, inplace=True) if activation == "silu" else out
 
 

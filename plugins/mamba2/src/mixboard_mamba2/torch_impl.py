@@ -53,11 +53,14 @@ class Mamba2TorchImpl(Mamba2Impl):
         dts = discretize(dt, weights.dt_bias, spec.dt_min, spec.dt_max)
         A = weights.A.float()
 
-        y = torch.empty(T, H, P, dtype=torch.float32, device=xBC.device)
         nd = step.num_decodes
-        if nd:
-            y[:nd] = ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x[:nd], dts[:nd], A, B[:nd],
-                                 C[:nd])
+        if nd == T:  # decodes only: the update's output is y
+            y = ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x, dts, A, B, C)
+        else:
+            y = torch.empty(T, H, P, dtype=torch.float32, device=xBC.device)
+            if nd:
+                y[:nd] = ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x[:nd], dts[:nd], A, B[:nd],
+                                     C[:nd])
         for run in prefill_runs(step.prefills, 2 * H * spec.chunk_size * 4):
             s = slice(run[0].start, run[-1].end)
             initial = None
