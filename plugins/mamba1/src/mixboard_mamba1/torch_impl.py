@@ -47,10 +47,14 @@ class Mamba1TorchImpl(Mamba1Impl):
         dt, B, C = project(xc, weights, spec)
         A, D = weights.A.float(), weights.D.float()
         nd = meta.num_decodes
-        y = torch.empty_like(x)
         if nd:
             y_dec = ssm_step(ssm_pool, meta, xc[:nd], dt[:nd], A, B[:nd], C[:nd])
-            y[:nd] = y_dec.addcmul_(xc[:nd], D).mul_(F.silu(z[:nd].float()))
+            y_dec = y_dec.addcmul_(xc[:nd], D).mul_(F.silu(z[:nd].float()))
+            if meta.all_decodes and y_dec.dtype == x.dtype:  # the whole output: no copy into a fresh one
+                return y_dec
+        y = torch.empty_like(x)
+        if nd:
+            y[:nd] = y_dec
         workspace = ScanWorkspace()
         for p in meta.prefills:
             h0 = torch.zeros_like(A) if p.fresh else ssm_pool[p.slot].float()
