@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Collection
 
 import torch
 from torch.nn import init
@@ -16,6 +17,7 @@ from mixboard.dtypes import torch_dtype
 
 from .models import ARCHITECTURES, demo
 from .models.config import ConfigReader, ModelError
+from .models.linear import onednn_serves
 from .models.model import CausalLM
 from .weights_file import read_tensors
 
@@ -77,7 +79,7 @@ def load_model(model: str | Path | None, dtype: str = "float32", device: str = "
     """A model ready to run: weights loaded, checked and converted."""
     built = build_model(model, dtype)
     if model not in (None, DEMO):
-        state = load_weights(Path(model))
+        state = load_weights(Path(model), _column_major(built, torch_dtype(dtype), device))
         _assign(built, state, torch_dtype(dtype))
         del state  # the model holds the tensors now: finalize() can free each one it re-lays
     built = built.to(device)
@@ -109,11 +111,18 @@ def weight_files(directory: Path) -> list[Path]:
     raise ModelError(f"{directory} has no *.safetensors weights")
 
 
-def load_weights(directory: Path) -> dict[str, torch.Tensor]:
+def _column_major(model: CausalLM, dtype: torch.dtype, device: str) -> set[str]:
+    """The tied table, when finalize() will store it transposed (linear.column_major): read so at once."""
+    if not (model.tie_embeddings and onednn_serves(device, dtype)):
+        return set()
+    return {f"{model.trunk_name}.{model.trunk.embed_name}.weight"}
+
+
+def load_weights(directory: Path, column_major: Collection[str] = ()) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(directory):
         try:
-            state.update(read_tensors(path))
+            state.update(read_tensors(path, column_major))
         except OSError as exc:
             raise ModelError(f"cannot read {path}: {exc}") from None
     return state

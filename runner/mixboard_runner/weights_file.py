@@ -18,6 +18,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Collection
 
 import torch
 
@@ -31,8 +32,16 @@ DTYPES = {
 MAX_HEADER = 100_000_000  # the format's own limit on the JSON header
 
 
-def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the file, each in memory of its own; ModelError if the file is not valid safetensors."""
+# Rows read at a time into a tensor stored transposed (see read_tensors).
+TRANSPOSE_CHUNK_BYTES = 4 << 20
+
+
+def read_tensors(path: Path, column_major: Collection[str] = ()) -> dict[str, torch.Tensor]:
+    """Every tensor of the file, each in memory of its own; ModelError if the file is not valid safetensors.
+
+    The 2-D tensors named in ``column_major`` come back stored transposed
+    (strides (1, rows)), read a few rows at a time: the layout a tied table
+    takes for inference (models/linear.py), without holding the table twice."""
     size = os.path.getsize(path)
     with open(path, "rb") as fh:
         head = fh.read(8)
@@ -49,11 +58,11 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
         tensors = {}
         for name, info in header.items():
             if name != "__metadata__":
-                tensors[name] = _read_one(fh, path, name, info, base, size)
+                tensors[name] = _read_one(fh, path, name, info, base, size, name in column_major)
     return tensors
 
 
-def _read_one(fh, path: Path, name: str, info, base: int, size: int) -> torch.Tensor:
+def _read_one(fh, path: Path, name: str, info, base: int, size: int, transposed: bool = False) -> torch.Tensor:
     try:
         dtype_name, shape, (start, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
     except (KeyError, TypeError, ValueError):
@@ -68,8 +77,25 @@ def _read_one(fh, path: Path, name: str, info, base: int, size: int) -> torch.Te
                          f"and dtype {dtype_name}, or lie past the end of the file")
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
-    buffer = bytearray(nbytes)
     fh.seek(base + start)
+    if transposed and len(shape) == 2:
+        return _read_transposed(fh, path, name, shape, dtype)
+    buffer = bytearray(nbytes)
     if fh.readinto(buffer) != nbytes:
         raise ModelError(f"{path}: the file ends inside tensor {name}")
     return torch.frombuffer(buffer, dtype=dtype).view(shape)
+
+
+def _read_transposed(fh, path: Path, name: str, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    rows, cols = shape
+    stored = torch.empty(cols, rows, dtype=dtype)
+    step = max(1, TRANSPOSE_CHUNK_BYTES // (cols * dtype.itemsize))
+    buffer = bytearray(min(rows, step) * cols * dtype.itemsize)
+    for first in range(0, rows, step):
+        n = min(step, rows - first)
+        want = n * cols * dtype.itemsize
+        if fh.readinto(memoryview(buffer)[:want]) != want:
+            raise ModelError(f"{path}: the file ends inside tensor {name}")
+        chunk = torch.frombuffer(buffer, dtype=dtype, count=n * cols).view(n, cols)
+        stored[:, first:first + n].copy_(chunk.t())
+    return stored.t()

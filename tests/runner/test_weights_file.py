@@ -33,6 +33,28 @@ def test_reads_what_safetensors_reads(tmp_path):
     assert torch.equal(got["i64"], reference["i64"])
 
 
+@pytest.mark.parametrize("rows", [1, 7, 3000])
+def test_reads_a_table_straight_into_column_major_storage(tmp_path, monkeypatch, rows):
+    import mixboard_runner.weights_file as wf
+
+    monkeypatch.setattr(wf, "TRANSPOSE_CHUNK_BYTES", 4096)  # several chunks, the last one short
+    torch.manual_seed(rows)
+    tensors = {"table": torch.randn(rows, 96), "other": torch.randn(5, 3)}
+    path = tmp_path / "w.safetensors"
+    save_file(tensors, str(path))
+    got = read_tensors(path, column_major={"table", "not in the file"})
+    assert torch.equal(got["table"], tensors["table"]) and got["table"].stride() == (1, rows)
+    assert torch.equal(got["other"], tensors["other"]) and got["other"].is_contiguous()
+
+
+def test_a_truncated_column_major_table_is_a_model_error(tmp_path):
+    path = tmp_path / "w.safetensors"
+    save_file({"table": torch.randn(64, 32)}, str(path))
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(ModelError, match="lie past the end of the file"):
+        read_tensors(path, column_major={"table"})
+
+
 def _raw(header: dict, data: bytes) -> bytes:
     text = json.dumps(header).encode()
     return struct.pack("<Q", len(text)) + text + data

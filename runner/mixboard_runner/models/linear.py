@@ -33,9 +33,14 @@ def fuse(*linears: nn.Linear) -> nn.Linear:
     return fused
 
 
-def on_onednn(weight: torch.Tensor) -> bool:
-    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.dim() == 2
+def onednn_serves(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether products of this device and dtype go through oneDNN (``OneDnnLinear``)."""
+    return (torch.device(device).type == "cpu" and dtype == torch.float32
             and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
+
+
+def on_onednn(weight: torch.Tensor) -> bool:
+    return weight.dim() == 2 and onednn_serves(weight.device, weight.dtype)
 
 
 def column_major(weight: torch.Tensor) -> torch.Tensor:
@@ -46,7 +51,10 @@ def column_major(weight: torch.Tensor) -> torch.Tensor:
     row that stays in cache: measured here, 32000 x 512 at 1 row 3.1 ms
     instead of 4.9 ms, no slower at 2-64 rows than the row-major table
     (benchmarks/README.md). The embedding lookup reads strided columns:
-    ~5 us a token, a fraction of a percent of a prefill."""
+    ~5 us a token, a fraction of a percent of a prefill. The loader reads
+    such a table straight into this layout (weights_file.read_tensors)."""
+    if weight.stride() == (1, weight.shape[0]):
+        return weight
     return weight.t().contiguous().t()
 
 
