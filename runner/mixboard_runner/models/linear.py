@@ -9,8 +9,8 @@ Two changes, both exact up to float32 summation order:
   the weight reordered once into its blocked layout. Measured here (2
   threads, benchmarks/README.md), torch's default ``F.linear`` streams thin
   products (decode: 1 to 16 rows) at 3-8 GB/s; the packed product runs the
-  llama benchmark's shapes 1.1-2.9x faster (but 512 x 1536 at 16 rows:
-  0.9x).
+  llama benchmark's shapes 1.1-2.9x faster (512 x 1536 at 16 rows, the
+  closest call: 0.9-1.04x).
 
 A tied table (embedding and LM head, one tensor) cannot be packed without a
 second copy; ``column_major`` stores it transposed instead (see there).
