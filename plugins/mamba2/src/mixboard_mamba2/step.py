@@ -30,7 +30,8 @@ class Prefill:
 @dataclass
 class Mamba2Step:
     common: CommonBatchMetadata
-    conv: ConvIndex
+    conv_width: int
+    conv: ConvIndex | None  # the ragged conv's index; None in a decode-only step, which needs none
     num_tokens: int
     num_decodes: int  # the first num_decodes tokens are one-token decodes
     decode_slots: torch.Tensor  # int64 [num_decodes], on the device
@@ -50,7 +51,8 @@ def plan_step(common: CommonBatchMetadata, conv_width: int) -> Mamba2Step:
     prefills = tuple(Prefill(qsl[i], qsl[i + 1], slots[i], ctx[i] > 0) for i in range(nd, common.num_seqs))
     return Mamba2Step(
         common=common,
-        conv=ConvIndex.build(common, conv_width),
+        conv_width=conv_width,
+        conv=ConvIndex.build(common, conv_width) if nd < common.num_seqs else None,
         num_tokens=common.num_tokens,
         num_decodes=nd,
         decode_slots=common.state_slots[:nd].long(),
@@ -68,8 +70,8 @@ def as_step(layer: str, meta: Any, spec: Any) -> Mamba2Step:
     from mixboard.ops.checks import BackendInputError
 
     if isinstance(meta, Mamba2Step):
-        if meta.conv.width != spec.d_conv:
-            raise BackendInputError(f"{layer}: meta was planned for conv width {meta.conv.width}, "
+        if meta.conv_width != spec.d_conv:
+            raise BackendInputError(f"{layer}: meta was planned for conv width {meta.conv_width}, "
                                     f"the layer's d_conv is {spec.d_conv} (use this backend's builder for the group)")
         return meta
     if isinstance(meta, CommonBatchMetadata):

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import torch
 from mixboard.kinds.mamba2 import Mamba2Impl, Mamba2Spec, Mamba2Weights
-from mixboard.ops.causal_conv import causal_conv1d
+from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
 
 from .inputs import InputChecks
 from .ssd import discretize
@@ -51,7 +51,11 @@ class Mamba2TritonImpl(Mamba2Impl):
         DI = spec.d_inner
 
         conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
-        xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.base.conv, activation="silu")
+        if step.base.num_decodes == T:  # decodes only: one window per sequence (the step plans no ragged conv)
+            xbc = causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.base.decode_slots,
+                                     activation="silu", slot_range=step.base.decode_range)
+        else:
+            xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.base.conv, activation="silu")
         x = xbc[:, :DI].view(T, H, P)
         B = xbc[:, DI:DI + G * N].view(T, G, N)
         C = xbc[:, DI + G * N:].view(T, G, N)
