@@ -148,10 +148,11 @@ class Engine:
         return self.model.logits(rows)
 
     def step(self) -> list[Sequence]:
-        """Run one scheduled step; returns the sequences that finished in it."""
+        """Run one scheduled step; returns the sequences that finished in it
+        (none, and no work done, when nothing is waiting or running)."""
         batch = self.scheduler.schedule()
         if not batch:
-            return self._unschedulable()
+            return self._unschedulable() if self.scheduler.waiting else []
         started = time.perf_counter()
         logits = self._forward(batch, all_logits=False)
         ready = [(i, seq) for i, (seq, _) in enumerate(batch) if seq.num_uncomputed == 0]

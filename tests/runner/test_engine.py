@@ -55,6 +55,12 @@ def test_abort_frees_blocks_and_slots(engine):
     assert engine.cache.all_free()
 
 
+def test_a_step_with_nothing_to_do_does_nothing(engine):
+    assert not engine.scheduler.has_work()
+    steps = engine.stats.steps
+    assert engine.step() == [] and engine.stats.steps == steps
+
+
 def test_seeded_sampling_is_reproducible_and_filters_reduce_to_greedy(engine):
     p = prompts(1)[0]
     greedy = engine.generate([p], SamplingParams(max_tokens=8, ignore_eos=True))[0].output_ids
