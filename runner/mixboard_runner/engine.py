@@ -144,7 +144,10 @@ class Engine:
         hidden = self.model(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device), step)
         for seq, n in batch:
             seq.num_computed += n
-        rows = hidden if all_logits else hidden[torch.tensor(last, device=self.device)]
+        if all_logits or len(last) == hidden.shape[0]:  # every row is wanted (a decode-only step): no gather
+            rows = hidden
+        else:
+            rows = hidden[torch.tensor(last, device=self.device)]
         return self.model.logits(rows)
 
     def step(self) -> list[Sequence]:
@@ -158,7 +161,8 @@ class Engine:
         ready = [(i, seq) for i, (seq, _) in enumerate(batch) if seq.num_uncomputed == 0]
         finished = []
         if ready:
-            rows = logits[torch.tensor([i for i, _ in ready], device=logits.device)]
+            rows = logits if len(ready) == len(batch) else logits[torch.tensor([i for i, _ in ready],
+                                                                                 device=logits.device)]
             tokens = sample(rows, [s.params for _, s in ready], [s.generator for _, s in ready])
             for (_, seq), token in zip(ready, tokens):
                 seq.tokens.append(token)
