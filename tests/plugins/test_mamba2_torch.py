@@ -32,6 +32,20 @@ def assert_close(actual, expected, **tol):
     torch.testing.assert_close(actual, expected, **(tol or F32))
 
 
+def assert_matches_oracle_from_saved_states(spec, weights, inputs, query, context, slots):
+    """Both pools start from the same random saved states (to continue from, and
+    leftovers fresh sequences must ignore); outputs and every record, written or
+    untouched, must agree with the oracle's."""
+    ours, theirs = fresh_state(spec, 12), fresh_state(spec, 12)
+    for name, pool in ours.items():
+        pool.normal_()
+        theirs[name].copy_(pool)
+    out = Runner(Mamba2Torch, spec, weights)(inputs, ours, query, context, slots)
+    assert_close(out, OracleRunner(spec, weights)(inputs, theirs, query, context, slots))
+    for name in ours:
+        assert_close(ours[name], theirs[name])
+
+
 # --------------------------------------------------------------------------- against the oracle
 
 
@@ -55,16 +69,7 @@ def test_ragged_batches_match_the_oracle_outputs_and_states(n_groups, chunk_size
     for n in range(1, 9):
         query, context, slots = ragged_batch(rng, n)
         inputs = random_inputs(spec, sum(query), seed=n)
-        ours, theirs = fresh_state(spec, 12), fresh_state(spec, 12)
-        for pool in ours.values():
-            pool.normal_()  # saved states to continue from (and leftovers fresh sequences must ignore)
-        for name in ours:
-            theirs[name].copy_(ours[name])
-        out = Runner(Mamba2Torch, spec, weights)(inputs, ours, query, context, slots)
-        expected = OracleRunner(spec, weights)(inputs, theirs, query, context, slots)
-        assert_close(out, expected)
-        for name in ours:  # written slots and untouched ones alike
-            assert_close(ours[name], theirs[name])
+        assert_matches_oracle_from_saved_states(spec, weights, inputs, query, context, slots)
 
 
 @pytest.mark.parametrize("n_groups", [1, 2])
@@ -79,16 +84,7 @@ def test_prefills_of_one_length_batched_match_the_oracle(monkeypatch, n_groups, 
     weights = random_weights(spec, seed=3)
     query, context, slots = [1, 1, 12, 12, 12, 5, 12, 12], [4, 9, 0, 7, 0, 0, 3, 0], [5, 1, 0, 7, 3, 9, 2, 11]
     inputs = random_inputs(spec, sum(query), seed=4)
-    ours, theirs = fresh_state(spec, 12), fresh_state(spec, 12)
-    for pool in ours.values():
-        pool.normal_()
-    for name in ours:
-        theirs[name].copy_(ours[name])
-    out = Runner(Mamba2Torch, spec, weights)(inputs, ours, query, context, slots)
-    expected = OracleRunner(spec, weights)(inputs, theirs, query, context, slots)
-    assert_close(out, expected)
-    for name in ours:
-        assert_close(ours[name], theirs[name])
+    assert_matches_oracle_from_saved_states(spec, weights, inputs, query, context, slots)
 
 
 def test_strong_decays_over_long_chunks_stay_exact():
@@ -128,15 +124,7 @@ def test_decode_batches_in_place_and_gathered_match_the_oracle(monkeypatch, budg
     weights = random_weights(spec, seed=11)
     query, context, slots = [1] * 7 + [6], [4, 9, 1, 2, 30, 5, 8, 0], [9, 2, 6, 0, 11, 4, 7, 3]
     inputs = random_inputs(spec, sum(query), seed=11)
-    ours, theirs = fresh_state(spec, 12), fresh_state(spec, 12)
-    for pool in ours.values():
-        pool.normal_()
-    for name in ours:
-        theirs[name].copy_(ours[name])
-    out = Runner(Mamba2Torch, spec, weights)(inputs, ours, query, context, slots)
-    assert_close(out, OracleRunner(spec, weights)(inputs, theirs, query, context, slots))
-    for name in ours:
-        assert_close(ours[name], theirs[name])
+    assert_matches_oracle_from_saved_states(spec, weights, inputs, query, context, slots)
 
 
 # --------------------------------------------------------------------------- against transformers
