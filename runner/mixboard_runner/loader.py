@@ -17,7 +17,6 @@ from mixboard.dtypes import torch_dtype
 
 from .models import ARCHITECTURES, demo
 from .models.config import ConfigReader, ModelError
-from .models.linear import onednn_serves
 from .models.model import CausalLM
 from .weights_file import read_tensors
 
@@ -79,7 +78,8 @@ def load_model(model: str | Path | None, dtype: str = "float32", device: str = "
     """A model ready to run: weights loaded, checked and converted."""
     built = build_model(model, dtype)
     if model not in (None, DEMO):
-        state = load_weights(Path(model), _column_major(built, torch_dtype(dtype), device))
+        table = built.column_major_table(device, torch_dtype(dtype))
+        state = load_weights(Path(model), {table} if table else ())
         _assign(built, state, torch_dtype(dtype))
         del state  # the model holds the tensors now: finalize() can free each one it re-lays
     built = built.to(device)
@@ -109,13 +109,6 @@ def weight_files(directory: Path) -> list[Path]:
             "pickle runs arbitrary code. Convert once where you trust the file: "
             "transformers' AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)")
     raise ModelError(f"{directory} has no *.safetensors weights")
-
-
-def _column_major(model: CausalLM, dtype: torch.dtype, device: str) -> set[str]:
-    """The tied table, when finalize() will store it transposed (linear.column_major): read so at once."""
-    if not (model.tie_embeddings and onednn_serves(device, dtype)):
-        return set()
-    return {f"{model.trunk_name}.{model.trunk.embed_name}.weight"}
 
 
 def load_weights(directory: Path, column_major: Collection[str] = ()) -> dict[str, torch.Tensor]:

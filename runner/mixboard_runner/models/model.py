@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .linear import column_major, on_onednn, pack_linears
+from .linear import column_major, onednn_serves, pack_linears
 from .mixers import MixerLayer
 
 
@@ -96,6 +96,14 @@ class CausalLM(nn.Module):
         """(name, kind, spec) of every mixer: what the registry plans."""
         return [(m.layer_name, m.kind, m.spec) for m in self.mixers()]
 
+    def column_major_table(self, device: torch.device | str, dtype: torch.dtype) -> str | None:
+        """The state-dict name of the tied table when, on this device and
+        dtype, finalize() stores it transposed (linear.column_major), else None:
+        the loader reads it straight into that layout."""
+        if self.tie_embeddings and onednn_serves(device, dtype):
+            return f"{self.trunk_name}.{self.trunk.embed_name}.weight"
+        return None
+
     def finalize(self) -> None:
         """Once the weights are loaded and on their device: let every module
         precompute what each step would redo (fused projections, weights
@@ -105,7 +113,7 @@ class CausalLM(nn.Module):
         for module in [m for m in self.modules() if m is not self and callable(getattr(m, "finalize", None))]:
             module.finalize()
         embed = self.trunk.get_submodule(self.trunk.embed_name)
-        if self.tie_embeddings and on_onednn(embed.weight):
+        if self.column_major_table(embed.weight.device, embed.weight.dtype):
             embed.weight = nn.Parameter(column_major(embed.weight.detach()), requires_grad=False)
             self.lm_head.weight = embed.weight
         pack_linears(self)
