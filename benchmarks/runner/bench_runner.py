@@ -66,7 +66,9 @@ print(json.dumps({{"prefill_tok_s": {batch} * {prompt} / prefill, "decode_tok_s"
 """
 
 RUN_MIXBOARD = """
-import json, resource, time, torch
+import json, resource, sys, time, torch
+if {onednn}:  # as where mixboard_runner._cpu_kernels is not built: oneDNN's products (--products onednn)
+    sys.modules["mixboard_runner._cpu_kernels"] = None
 torch.set_num_threads(2)
 from mixboard_runner.engine import Engine
 from mixboard_runner.sampling import SamplingParams
@@ -110,6 +112,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each side, alternating; a row keeps each side's best speeds and its largest "
                              "peak memory (interference from a shared machine only ever slows a run down)")
+    parser.add_argument("--products", choices=("panels", "onednn"), default="panels",
+                        help="mixboard's projections: its own kernel on panels (the default where it is built) or "
+                             "oneDNN's (as where it is not), for before/after measurements")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
@@ -120,7 +125,7 @@ def main() -> None:
                                                                           path=path)],
                                         capture_output=True, text=True, check=True).stdout.split()[-1])
             for batch in (int(b) for b in args.batches.split(",")):
-                fmt = dict(path=path, batch=batch, prompt=args.prompt, new=args.new)
+                fmt = dict(path=path, batch=batch, prompt=args.prompt, new=args.new, onednn=args.products == "onednn")
                 hf_runs, mb_runs = [], []
                 for _ in range(args.repeats):
                     hf_runs.append(run(RUN_HF.format(**fmt)))

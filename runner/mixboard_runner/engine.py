@@ -12,14 +12,14 @@ from pathlib import Path
 import torch
 
 from mixboard import CommonBatchMetadata, get_registry
-from mixboard.dtypes import DTYPES
+from mixboard.dtypes import DTYPES, torch_dtype
 from mixboard.environment import for_device
 from mixboard.errors import UsageError
 from mixboard.ops.checks import build_impl
 
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
 from .host_memory import reuse_freed_memory
-from .loader import load_model
+from .loader import load_model, products
 from .tokenizer import encode_prompt, load_tokenizer
 from .sampling import SamplingParams, sample
 from .scheduler import Scheduler
@@ -87,6 +87,8 @@ class Engine:
             reuse_freed_memory()
         self.registry = registry or get_registry()
         self.model = load_model(model, dtype, device)
+        # what runs the stateless projections (models/linear.py), in words: printed by `mixboard run`
+        self.products = products(self.device, torch_dtype(dtype))
         self.plan = self.registry.plan(self.model.layer_decls(), self.env, backend)
         self.cache = CacheManager(self.plan, self.device, cache_memory, max_seqs, block_size)
         self.scheduler = Scheduler(self.cache, self.cache.max_seqs, max_batched_tokens)

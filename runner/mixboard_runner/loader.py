@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Collection
+from typing import Mapping
 
 import torch
+from torch import nn
 from torch.nn import init
 
 from mixboard.dtypes import torch_dtype
 
 from .models import ARCHITECTURES, demo
 from .models.config import ConfigReader, ModelError
+from .models.linear import products  # noqa: F401  (the engine says what runs the projections)
 from .models.model import CausalLM
 from .weights_file import read_tensors
 
@@ -77,13 +79,14 @@ def _without_init(device: str):
 def load_model(model: str | Path | None, dtype: str = "float32", device: str = "cpu") -> CausalLM:
     """A model ready to run: weights loaded, checked and converted."""
     built = build_model(model, dtype)
+    table = None
     if model not in (None, DEMO):
-        table = built.column_major_table(device, torch_dtype(dtype))
-        state = load_weights(Path(model), {table} if table else ())
-        _assign(built, state, torch_dtype(dtype))
+        layout = built.table_layout(device, torch_dtype(dtype))
+        state = load_weights(Path(model), dict([layout]) if layout else {})
+        table = _assign(built, state, torch_dtype(dtype), layout)
         del state  # the model holds the tensors now: finalize() can free each one it re-lays
     built = built.to(device)
-    built.finalize()
+    built.finalize(table)
     return built.eval()
 
 
@@ -111,17 +114,20 @@ def weight_files(directory: Path) -> list[Path]:
     raise ModelError(f"{directory} has no *.safetensors weights")
 
 
-def load_weights(directory: Path, column_major: Collection[str] = ()) -> dict[str, torch.Tensor]:
+def load_weights(directory: Path, layouts: Mapping[str, object] = {}) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(directory):
         try:
-            state.update(read_tensors(path, column_major))
+            state.update(read_tensors(path, layouts))
         except OSError as exc:
             raise ModelError(f"cannot read {path}: {exc}") from None
     return state
 
 
-def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype, layout=None) -> torch.Tensor | None:
+    """Check the checkpoint's tensors against the model's and hand them over.
+    A tied table the reader laid out for inference (``layout``: name and
+    layout) is returned instead, for ``CausalLM.finalize``."""
     expected = {name: p for name, p in model.state_dict(keep_vars=True).items()}
     tied = "lm_head.weight" if model.tie_embeddings else None
     missing = [n for n in expected if n not in state and n != tied]
@@ -131,12 +137,20 @@ def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype)
     if unexpected:
         raise ModelError(f"checkpoint has {len(unexpected)} tensor(s) this {model.info.model_type} model does not "
                          f"use, first: {', '.join(unexpected[:3])} (is config.json the checkpoint's?)")
+    laid = layout[0] if layout else None
     for name, param in expected.items():
         if name == tied and name not in state:
             continue
         tensor = state[name]
-        if tuple(tensor.shape) != tuple(param.shape):
-            raise ModelError(f"tensor {name} has shape {list(tensor.shape)}, the config implies {list(param.shape)}")
+        shape = tuple(param.shape) if name != laid else layout[1].stored_shape(*param.shape)
+        if tuple(tensor.shape) != shape:
+            found = list(tensor.shape) if name != laid else "another shape"
+            raise ModelError(f"tensor {name} has shape {found}, the config implies {list(param.shape)}")
+    table = state.pop(laid) if laid else None
+    if table is not None:  # finalize() takes it; the module keeps an empty stand-in until then
+        model.get_submodule(laid.rsplit(".", 1)[0]).weight = nn.Parameter(torch.empty(0, dtype=dtype),
+                                                                        requires_grad=False)
     model.load_state_dict({n: t.to(dtype) for n, t in state.items() if n in expected}, strict=False, assign=True)
     if model.tie_embeddings:
         model.lm_head.weight = model.trunk.get_submodule(model.trunk.embed_name).weight
+    return table

@@ -162,9 +162,11 @@ def cmd_run(args) -> int:
                           "outputs": [{"prompt_ids": o.prompt_ids, "output_ids": o.output_ids, "text": o.text,
                                        "finish_reason": o.finish_reason} for o in outputs],
                           "stats": {k: stats[k] for k in ("prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
-                                                          "decode_tokens_per_s", "wall_s", "preemptions")}}, indent=2))
+                                                          "decode_tokens_per_s", "wall_s", "preemptions")}
+                          | {"projections": engine.products}}, indent=2))
         return 0
     print_plan(engine.plan, verbose=False)
+    print(f"projections: {engine.products}")
     for i, out in enumerate(outputs):
         shown = out.text if out.text is not None else ",".join(map(str, out.output_ids))
         print(f"\n[{i}] {len(out.prompt_ids)} prompt tokens -> {len(out.output_ids)} new ({out.finish_reason}):\n{shown!r}")

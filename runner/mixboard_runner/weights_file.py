@@ -18,7 +18,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Collection
+from typing import Mapping
 
 import torch
 
@@ -32,16 +32,19 @@ DTYPES = {
 MAX_HEADER = 100_000_000  # the format's own limit on the JSON header
 
 
-# Rows read at a time into a tensor stored transposed (see read_tensors).
-TRANSPOSE_CHUNK_BYTES = 4 << 20
+# Bytes read at a time into a tensor stored in another layout (see read_tensors).
+RELAY_CHUNK_BYTES = 4 << 20
 
 
-def read_tensors(path: Path, column_major: Collection[str] = ()) -> dict[str, torch.Tensor]:
+def read_tensors(path: Path, layouts: Mapping[str, object] = {}) -> dict[str, torch.Tensor]:
     """Every tensor of the file, each in memory of its own; ModelError if the file is not valid safetensors.
 
-    The 2-D tensors named in ``column_major`` come back stored transposed
-    (strides (1, rows)), read a few rows at a time: the layout a tied table
-    takes for inference (models/linear.py), without holding the table twice."""
+    A 2-D tensor named in ``layouts`` comes back stored in that layout (for a
+    tied table: ``models.panels.PanelLayout`` or ``models.linear.ColumnMajor``),
+    read a few rows at a time: the layout its products want, without holding
+    the table twice. A layout has ``stored_shape(rows, cols)``,
+    ``empty(rows, cols, dtype)``, ``write(stored, first_row, rows)`` and
+    ``rows_multiple`` (each write but the last starts at a multiple of it)."""
     size = os.path.getsize(path)
     with open(path, "rb") as fh:
         head = fh.read(8)
@@ -58,11 +61,11 @@ def read_tensors(path: Path, column_major: Collection[str] = ()) -> dict[str, to
         tensors = {}
         for name, info in header.items():
             if name != "__metadata__":
-                tensors[name] = _read_one(fh, path, name, info, base, size, name in column_major)
+                tensors[name] = _read_one(fh, path, name, info, base, size, layouts.get(name))
     return tensors
 
 
-def _read_one(fh, path: Path, name: str, info, base: int, size: int, transposed: bool = False) -> torch.Tensor:
+def _read_one(fh, path: Path, name: str, info, base: int, size: int, layout=None) -> torch.Tensor:
     try:
         dtype_name, shape, (start, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
     except (KeyError, TypeError, ValueError):
@@ -78,24 +81,24 @@ def _read_one(fh, path: Path, name: str, info, base: int, size: int, transposed:
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     fh.seek(base + start)
-    if transposed and len(shape) == 2:
-        return _read_transposed(fh, path, name, shape, dtype)
+    if layout is not None and len(shape) == 2:
+        return _read_relaid(fh, path, name, shape, dtype, layout)
     buffer = bytearray(nbytes)
     if fh.readinto(buffer) != nbytes:
         raise ModelError(f"{path}: the file ends inside tensor {name}")
     return torch.frombuffer(buffer, dtype=dtype).view(shape)
 
 
-def _read_transposed(fh, path: Path, name: str, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+def _read_relaid(fh, path: Path, name: str, shape: list[int], dtype: torch.dtype, layout) -> torch.Tensor:
     rows, cols = shape
-    stored = torch.empty(cols, rows, dtype=dtype)
-    step = max(1, TRANSPOSE_CHUNK_BYTES // (cols * dtype.itemsize))
+    stored = layout.empty(rows, cols, dtype)
+    multiple = layout.rows_multiple
+    step = max(1, RELAY_CHUNK_BYTES // (cols * dtype.itemsize * multiple)) * multiple
     buffer = bytearray(min(rows, step) * cols * dtype.itemsize)
     for first in range(0, rows, step):
         n = min(step, rows - first)
         want = n * cols * dtype.itemsize
         if fh.readinto(memoryview(buffer)[:want]) != want:
             raise ModelError(f"{path}: the file ends inside tensor {name}")
-        chunk = torch.frombuffer(buffer, dtype=dtype, count=n * cols).view(n, cols)
-        stored[:, first:first + n].copy_(chunk.t())
-    return stored.t()
+        layout.write(stored, first, torch.frombuffer(buffer, dtype=dtype, count=n * cols).view(n, cols))
+    return stored

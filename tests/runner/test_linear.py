@@ -1,5 +1,6 @@
 """The runner's inference-time projections: fused and oneDNN products against
-torch's F.linear, what stays shared, and the allocator setting."""
+torch's F.linear, what stays shared, and the allocator setting (the panels
+kernel: test_panels.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from checkpoints import make_checkpoint
-from mixboard_runner.loader import load_model
+from mixboard_runner.models import panels
 from mixboard_runner.models.linear import OneDnnLinear, column_major, fuse, pack_linears
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
@@ -51,17 +51,10 @@ def test_a_weight_another_module_shares_is_not_copied():
     pack_linears(model)
     assert isinstance(model.head, OneDnnLinear) and not model.head.packed
     assert model.head.weight.data_ptr() == model.embed.weight.data_ptr()  # the table itself, no copy
-    assert isinstance(model.proj, OneDnnLinear) and model.proj.packed
-
-
-@needs_onednn
-def test_a_loaded_tied_model_keeps_one_table(tmp_path):
-    make_checkpoint("lfm2", tmp_path)  # LFM2's test checkpoint ties its embeddings
-    model = load_model(tmp_path)
-    table = model.trunk.embed_tokens.weight
-    assert model.lm_head.weight.data_ptr() == table.data_ptr()
-    # stored transposed, for the one-row LM head product (linear.column_major)
-    assert table.stride() == (1, table.shape[0])
+    if panels.UNAVAILABLE is None:
+        assert isinstance(model.proj, panels.PanelLinear)
+    else:
+        assert isinstance(model.proj, OneDnnLinear) and model.proj.packed
 
 
 @needs_onednn

@@ -39,6 +39,10 @@ def test_run_demo_by_default_json_contract():
     (output,) = data["outputs"]
     assert len(output["output_ids"]) == 4 and isinstance(output["text"], str)
     assert {"prefill_tokens", "decode_tokens", "prefill_tokens_per_s", "decode_tokens_per_s", "wall_s"} <= set(data["stats"])
+    # what ran the projections, never silent: the panels kernel where it is built, else oneDNN and why
+    from mixboard_runner.models import panels
+    expected = f"mixboard panels ({panels.isa()})" if panels.UNAVAILABLE is None else "oneDNN packed ("
+    assert data["stats"]["projections"].startswith(expected)
 
 
 def test_run_text_output_and_forced_backend(llama_dir):

@@ -5,21 +5,24 @@ Two changes, both exact up to float32 summation order:
 - ``fuse``: projections that read the same input (q/k/v, gate/up) become one
   product with the weights concatenated: one call instead of two or three,
   and each call's fixed cost is a large part of a small model's decode step.
-- ``OneDnnLinear``: on CPU in float32 the product goes through oneDNN with
-  the weight reordered once into its blocked layout. Measured here (2
-  threads, benchmarks/README.md), torch's default ``F.linear`` streams thin
-  products (decode: 1 to 16 rows) at 3-8 GB/s; the packed product runs the
-  llama benchmark's shapes 1.1-2.9x faster (512 x 1536 at 16 rows, the
-  closest call: 0.9-1.04x).
+- on CPU in float32, the product runs on the runner's own kernel with the
+  weight stored as panels (``panels.PanelLinear``), or, where that kernel is
+  not built, through oneDNN with the weight reordered once into its blocked
+  layout (``OneDnnLinear``). Measured here (2 threads, benchmarks/README.md),
+  torch's default ``F.linear`` streams thin products (decode: 1 to 16 rows)
+  at 3-8 GB/s; oneDNN packed runs the llama benchmark's shapes 1.1-2.9x
+  faster, and the panels about twice as fast again at one row.
 
-A tied table (embedding and LM head, one tensor) cannot be packed without a
-second copy; ``column_major`` stores it transposed instead (see there).
+A tied table (embedding and LM head, one tensor) is stored once in the
+layout its products want: panels, or for oneDNN transposed (``column_major``).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from . import panels
 
 
 def fuse(*linears: nn.Linear) -> nn.Linear:
@@ -43,6 +46,23 @@ def on_onednn(weight: torch.Tensor) -> bool:
     return weight.dim() == 2 and onednn_serves(weight.device, weight.dtype)
 
 
+def products(device: torch.device | str, dtype: torch.dtype) -> str:
+    """What runs this device's and dtype's projections, in words (``mixboard run`` prints it)."""
+    if panels.serves(device, dtype):
+        return f"mixboard panels ({panels.isa()})"
+    if onednn_serves(device, dtype):
+        return f"oneDNN packed ({panels.UNAVAILABLE})" if panels.UNAVAILABLE else "oneDNN packed"
+    return "torch F.linear"
+
+
+def table_layout(device: torch.device | str, dtype: torch.dtype):
+    """How a tied table is stored for this device and dtype: ``panels.PanelLayout``,
+    ``ColumnMajor`` (oneDNN), or None (as loaded)."""
+    if panels.serves(device, dtype):
+        return panels.PanelLayout
+    return ColumnMajor if onednn_serves(device, dtype) else None
+
+
 def column_major(weight: torch.Tensor) -> torch.Tensor:
     """The same [out, in] matrix, stored transposed (strides (1, out)).
 
@@ -56,6 +76,27 @@ def column_major(weight: torch.Tensor) -> torch.Tensor:
     if weight.stride() == (1, weight.shape[0]):
         return weight
     return weight.t().contiguous().t()
+
+
+class ColumnMajor:
+    """How the loader reads a 2-D tensor straight into column-major storage,
+    a few rows at a time (weights_file.read_tensors)."""
+
+    rows_multiple = 1
+
+    @staticmethod
+    def stored_shape(rows: int, cols: int) -> tuple[int, int]:
+        return (rows, cols)
+
+    @staticmethod
+    def empty(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(cols, rows, dtype=dtype).t()
+
+    @staticmethod
+    def write(stored: torch.Tensor, first: int, chunk: torch.Tensor) -> None:
+        stored[first:first + chunk.shape[0]].copy_(chunk)
+
+    relay = staticmethod(column_major)
 
 
 class OneDnnLinear(nn.Module):
@@ -81,14 +122,22 @@ class OneDnnLinear(nn.Module):
 
 
 def pack_linears(module: nn.Module) -> None:
-    """Run every float32 CPU ``nn.Linear`` below ``module`` through oneDNN,
-    one at a time, so that each original is freed as its copy is made."""
+    """Re-lay every float32 CPU ``nn.Linear`` below ``module`` for its
+    products (panels, else oneDNN), one at a time, so that each original is
+    freed as its copy is made. A weight that another module shares (a tied
+    table) is used by oneDNN as it is stored, never copied; a model on panels
+    shares its table as panels itself (``CausalLM.finalize``)."""
     shared = {id(p) for m in module.modules() if not isinstance(m, nn.Linear) for p in m.parameters(recurse=False)}
     parents = [m for m in module.modules() if any(type(c) is nn.Linear for c in m.children())]
     for parent in parents:
         names = [name for name, child in parent.named_children() if type(child) is nn.Linear]
         for name in names:
             child = getattr(parent, name)
-            if on_onednn(child.weight):
-                setattr(parent, name, OneDnnLinear(child, pack=id(child.weight) not in shared))
+            if id(child.weight) in shared:  # used as it is stored: no second copy of a table
+                if on_onednn(child.weight):
+                    setattr(parent, name, OneDnnLinear(child, pack=False))
+            elif child.weight.dim() == 2 and panels.serves(child.weight.device, child.weight.dtype):
+                setattr(parent, name, panels.PanelLinear.of(child))
+            elif on_onednn(child.weight):
+                setattr(parent, name, OneDnnLinear(child))
             del child

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .linear import column_major, onednn_serves, pack_linears
+from . import panels
+from .linear import pack_linears, table_layout
 from .mixers import MixerLayer
 
 
@@ -96,26 +97,36 @@ class CausalLM(nn.Module):
         """(name, kind, spec) of every mixer: what the registry plans."""
         return [(m.layer_name, m.kind, m.spec) for m in self.mixers()]
 
-    def column_major_table(self, device: torch.device | str, dtype: torch.dtype) -> str | None:
-        """The state-dict name of the tied table when, on this device and
-        dtype, finalize() stores it transposed (linear.column_major), else None:
-        the loader reads it straight into that layout."""
-        if self.tie_embeddings and onednn_serves(device, dtype):
-            return f"{self.trunk_name}.{self.trunk.embed_name}.weight"
-        return None
+    def table_layout(self, device: torch.device | str, dtype: torch.dtype):
+        """(state-dict name, layout) of the tied table when, on this device and
+        dtype, finalize() re-lays it (linear.table_layout), else None: the
+        loader then reads it straight into that layout."""
+        layout = table_layout(device, dtype) if self.tie_embeddings else None
+        return None if layout is None else (f"{self.trunk_name}.{self.trunk.embed_name}.weight", layout)
 
-    def finalize(self) -> None:
+    def finalize(self, table: torch.Tensor | None = None) -> None:
         """Once the weights are loaded and on their device: let every module
         precompute what each step would redo (fused projections, weights
-        records), then pack the projections (see linear.py)."""
+        records), then re-lay the projections (see linear.py). ``table``: the
+        tied table as the loader laid it (``table_layout``), if it did."""
         # Hold only the modules that finalize, not their projections: each
         # original is then freed as soon as its module drops it.
         for module in [m for m in self.modules() if m is not self and callable(getattr(m, "finalize", None))]:
             module.finalize()
-        embed = self.trunk.get_submodule(self.trunk.embed_name)
-        if self.column_major_table(embed.weight.device, embed.weight.dtype):
-            embed.weight = nn.Parameter(column_major(embed.weight.detach()), requires_grad=False)
-            self.lm_head.weight = embed.weight
+        trunk = self.trunk
+        embed = trunk.get_submodule(trunk.embed_name)
+        layout = self.table_layout(embed.weight.device, embed.weight.dtype)
+        if layout is not None:
+            if table is None:
+                table = layout[1].relay(embed.weight.detach())
+            vocab, hidden = self.info.vocab_size, self.info.hidden_size
+            if layout[1] is panels.PanelLayout:
+                del embed
+                setattr(trunk, trunk.embed_name, panels.PanelEmbedding(table, vocab))
+                self.lm_head = panels.PanelLinear(hidden, vocab, table, None)
+            else:
+                embed.weight = nn.Parameter(table, requires_grad=False)
+                self.lm_head.weight = embed.weight
         pack_linears(self)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:

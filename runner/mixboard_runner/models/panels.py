@@ -1,0 +1,132 @@
+"""Projections through the runner's own CPU kernel (``_cpu_kernels.c``).
+
+A weight ``[out, in]`` is stored once as *panels* of 16 output rows,
+``[ceil(out / 16), in, 16]`` (the last panel zero-padded): panel ``p`` holds
+``W[16 p + j, k]`` at ``[p, k, j]``. The kernel streams each panel once per
+call and adds 16 consecutive weights times one input value into 16
+consecutive outputs. Measured here (benchmarks/README.md,
+``bench_linear.py``), a one-row product, every batch-1 decode step, streams
+the weight about twice as fast as oneDNN's; at 16 rows it is as fast or a
+little faster; at 256 rows within ~10 %.
+
+A tied table (embedding and LM head) is stored as panels too, once:
+``PanelEmbedding`` looks rows up in it, ``PanelLinear`` projects with it.
+
+The extension is optional (setup.py): where it is not built, ``UNAVAILABLE``
+says why and the runner keeps oneDNN's products (``linear.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+try:  # after torch: the kernel then shares the OpenMP runtime torch loaded (see the C file)
+    from .. import _cpu_kernels
+except ImportError as exc:
+    _cpu_kernels = None
+    UNAVAILABLE: str | None = (f"mixboard_runner._cpu_kernels is not built ({exc}); reinstall mixboard where a C "
+                               "compiler with OpenMP is present (gcc) to build it")
+else:
+    UNAVAILABLE = None
+
+PANEL = 16
+
+
+def serves(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether products of this device and dtype run on panels."""
+    return _cpu_kernels is not None and torch.device(device).type == "cpu" and dtype == torch.float32
+
+
+def isa() -> str | None:
+    """The instruction set the kernel runs here (avx512, avx2, generic), None if not built."""
+    return None if _cpu_kernels is None else _cpu_kernels.isa()
+
+
+def to_panels(weight: torch.Tensor) -> torch.Tensor:
+    """[out, in] -> [ceil(out / 16), in, 16], a new tensor."""
+    out_features, in_features = weight.shape
+    count = -(-out_features // PANEL)
+    stored = torch.zeros(count * PANEL, in_features, dtype=weight.dtype) if out_features % PANEL else None
+    if stored is not None:
+        stored[:out_features] = weight
+        weight = stored
+    return weight.reshape(count, PANEL, in_features).transpose(1, 2).contiguous()
+
+
+def from_panels(panels: torch.Tensor, out_features: int) -> torch.Tensor:
+    """The [out, in] matrix back (for tests)."""
+    return panels.transpose(1, 2).reshape(-1, panels.shape[1])[:out_features]
+
+
+class PanelLayout:
+    """How the loader reads a 2-D tensor straight into panels, 16 rows at a
+    time (weights_file.read_tensors), without holding it twice."""
+
+    rows_multiple = PANEL
+
+    @staticmethod
+    def stored_shape(rows: int, cols: int) -> tuple[int, int, int]:
+        return (-(-rows // PANEL), cols, PANEL)
+
+    @staticmethod
+    def empty(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+        make = torch.zeros if rows % PANEL else torch.empty  # the padding of the last panel must be zero
+        return make(PanelLayout.stored_shape(rows, cols), dtype=dtype)
+
+    @staticmethod
+    def write(stored: torch.Tensor, first: int, chunk: torch.Tensor) -> None:
+        n, cols = chunk.shape
+        whole = n // PANEL * PANEL
+        p = first // PANEL
+        if whole:
+            stored[p:p + whole // PANEL].copy_(chunk[:whole].view(-1, PANEL, cols).transpose(1, 2))
+        if n > whole:  # the table's last rows: a panel of its own, zero-padded
+            stored[p + whole // PANEL, :, :n - whole].copy_(chunk[whole:].t())
+
+    relay = staticmethod(to_panels)
+
+
+class PanelLinear(nn.Module):
+    """``F.linear`` on a weight stored as panels (CPU, float32)."""
+
+    def __init__(self, in_features: int, out_features: int, panels: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.panels = panels
+        self.bias = None if bias is None else bias.detach().contiguous()
+
+    @classmethod
+    def of(cls, linear: nn.Linear) -> "PanelLinear":
+        return cls(linear.in_features, linear.out_features, to_panels(linear.weight.detach()), linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if x2.stride(-1) != 1 or x2.dtype != torch.float32:
+            x2 = x2.contiguous().float()
+        rows = x2.shape[0]
+        y = torch.empty(rows, self.out_features)
+        if rows:
+            _cpu_kernels.linear(x2.data_ptr(), rows, self.in_features, x2.stride(0), self.panels.data_ptr(),
+                                self.out_features, 0 if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
+                                self.out_features)
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, weight=panels of {PANEL}"
+
+
+class PanelEmbedding(nn.Module):
+    """Row lookup in a table stored as panels: row t is ``panels[t // 16, :, t % 16]``
+    (strided reads of 16 floats' stride, ~a few us a token)."""
+
+    def __init__(self, panels: torch.Tensor, num_embeddings: int):
+        super().__init__()
+        self.panels, self.num_embeddings = panels, num_embeddings
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.panels[ids // PANEL, :, ids % PANEL]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.panels.shape[1]}, table=panels of {PANEL}"
