@@ -1,7 +1,7 @@
 """mixboard's engine against transformers' generate, same checkpoints, one run.
 
     python benchmarks/runner/bench_runner.py [--models llama,mamba,...] [--batches 1,16]
-                                             [--prompt 256] [--new 128] [--repeats N] [--json]
+                                             [--prompt 256] [--new 128] [--repeats N] [--with-onednn] [--json]
 
 Each model type gets a random ~40 M-parameter checkpoint (hidden 512, vocab
 32,000) written by transformers' save_pretrained. Each (engine, model, batch)
@@ -67,7 +67,7 @@ print(json.dumps({{"prefill_tok_s": {batch} * {prompt} / prefill, "decode_tok_s"
 
 RUN_MIXBOARD = """
 import json, resource, sys, time, torch
-if {onednn}:  # as where mixboard_runner._cpu_kernels is not built: oneDNN's products (--products onednn)
+if {onednn}:  # as where mixboard_runner._cpu_kernels is not built: oneDNN's products (--with-onednn)
     sys.modules["mixboard_runner._cpu_kernels"] = None
 torch.set_num_threads(2)
 from mixboard_runner.engine import Engine
@@ -112,9 +112,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each side, alternating; a row keeps each side's best speeds and its largest "
                              "peak memory (interference from a shared machine only ever slows a run down)")
-    parser.add_argument("--products", choices=("panels", "onednn"), default="panels",
-                        help="mixboard's projections: its own kernel on panels (the default where it is built) or "
-                             "oneDNN's (as where it is not), for before/after measurements")
+    parser.add_argument("--with-onednn", action="store_true",
+                        help="also run mixboard with oneDNN's projections (as where its own kernel is not built), "
+                             "in turn with the other two: the before/after of the panels kernel")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
@@ -125,13 +125,18 @@ def main() -> None:
                                                                           path=path)],
                                         capture_output=True, text=True, check=True).stdout.split()[-1])
             for batch in (int(b) for b in args.batches.split(",")):
-                fmt = dict(path=path, batch=batch, prompt=args.prompt, new=args.new, onednn=args.products == "onednn")
-                hf_runs, mb_runs = [], []
+                fmt = dict(path=path, batch=batch, prompt=args.prompt, new=args.new,
+                           cache=cache_bytes(path, batch, args.prompt + args.new))
+                hf_runs, mb_runs, onednn_runs = [], [], []
                 for _ in range(args.repeats):
                     hf_runs.append(run(RUN_HF.format(**fmt)))
-                    mb_runs.append(run(RUN_MIXBOARD.format(**fmt, cache=cache_bytes(path, batch, args.prompt + args.new))))
-                hf, mb = _best(hf_runs), _best(mb_runs)
-                rows.append({"model": name, "params_m": params / 1e6, "batch": batch, "transformers": hf, "mixboard": mb})
+                    mb_runs.append(run(RUN_MIXBOARD.format(**fmt, onednn=False)))
+                    if args.with_onednn:
+                        onednn_runs.append(run(RUN_MIXBOARD.format(**fmt, onednn=True)))
+                rows.append({"model": name, "params_m": params / 1e6, "batch": batch, "transformers": _best(hf_runs),
+                             "mixboard": _best(mb_runs)})
+                if onednn_runs:
+                    rows[-1]["mixboard_onednn"] = _best(onednn_runs)
                 if not args.json:
                     print(_row(rows[-1]), flush=True)
     if args.json:
@@ -145,9 +150,13 @@ def _best(runs: list[dict]) -> dict:
 
 def _row(r) -> str:
     hf, mb = r["transformers"], r["mixboard"]
-    return (f"| {r['model']} ({r['params_m']:.0f} M) | {r['batch']} | {hf['prefill_tok_s']:.0f} | {mb['prefill_tok_s']:.0f} | "
-            f"{mb['prefill_tok_s'] / hf['prefill_tok_s']:.2f}x | {hf['decode_tok_s']:.0f} | {mb['decode_tok_s']:.0f} | "
-            f"{mb['decode_tok_s'] / hf['decode_tok_s']:.2f}x | {hf['peak_mb']:.0f} | {mb['peak_mb']:.0f} |")
+    row = (f"| {r['model']} ({r['params_m']:.0f} M) | {r['batch']} | {hf['prefill_tok_s']:.0f} | {mb['prefill_tok_s']:.0f} | "
+           f"{mb['prefill_tok_s'] / hf['prefill_tok_s']:.2f}x | {hf['decode_tok_s']:.0f} | {mb['decode_tok_s']:.0f} | "
+           f"{mb['decode_tok_s'] / hf['decode_tok_s']:.2f}x | {hf['peak_mb']:.0f} | {mb['peak_mb']:.0f} |")
+    if "mixboard_onednn" in r:  # the same engine with oneDNN's projections: prefill, decode, peak
+        old = r["mixboard_onednn"]
+        row += f" {old['prefill_tok_s']:.0f} | {old['decode_tok_s']:.0f} | {old['peak_mb']:.0f} |"
+    return row
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ def reference(x, linear):
     return F.linear(x.double(), linear.weight.double(), bias).float()
 
 
-# out x in: whole panels, a short last panel, a single output, an odd inner size
-@pytest.mark.parametrize("out_features, in_features", [(64, 48), (200, 96), (37, 97), (1, 5)])
+# out x in: whole panels, a short last panel, a single output, an odd inner size, rows 4 KB apart (copied first)
+@pytest.mark.parametrize("out_features, in_features", [(64, 48), (200, 96), (37, 97), (1, 5), (24, 1024)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_products_match_float64_at_every_row_count(isa, out_features, in_features, bias):
     torch.manual_seed(out_features + in_features)
@@ -52,8 +52,9 @@ def test_strided_batched_and_empty_inputs(isa):
     torch.manual_seed(0)
     linear = nn.Linear(40, 50)
     layer = PanelLinear.of(linear)
-    wide = torch.randn(9, 70)
-    for x in (wide[:, 3:43], wide.t().contiguous().t()[:, :40], torch.randn(2, 3, 40), torch.randn(0, 40)):
+    wide, page = torch.randn(9, 70), torch.randn(5, 2048)  # page: rows 8 KB apart, copied closer first
+    for x in (wide[:, 3:43], wide.t().contiguous().t()[:, :40], page[:, 100:140], torch.randn(2, 3, 40),
+              torch.randn(0, 40)):
         got = layer(x)
         assert got.shape == (*x.shape[:-1], 50)
         torch.testing.assert_close(got, reference(x, linear), atol=2e-5, rtol=1e-5)
