@@ -9,6 +9,7 @@ first, then for as many blocks as fit.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 
@@ -50,7 +51,9 @@ class CacheManager:
             self.pools[name] = {t: torch.zeros((self.num_slots, *ts.shape), dtype=torch_dtype(ts.dtype), device=device)
                                 for t, ts in spec.tensors}
         self.free_blocks = deque(range(self.num_blocks))
-        self.free_slots = deque(range(self.num_slots))
+        # lowest free slot first (a heap): the decodes of a step then hold consecutive slots whenever they can,
+        # which backends update in place (mixboard.ops.slots.consecutive) instead of gathering and scattering
+        self.free_slots = list(range(self.num_slots))
         self.bytes = self.num_blocks * block_bytes + self.num_slots * slot_bytes
 
     @property
@@ -70,7 +73,7 @@ class CacheManager:
     def allocate(self, seq, num_tokens: int) -> None:
         """Give ``seq`` room for ``num_tokens`` more tokens (call can_allocate first)."""
         if self.has_slots and seq.slot is None:
-            seq.slot = self.free_slots.popleft()
+            seq.slot = heapq.heappop(self.free_slots)
         for _ in range(self.blocks_needed(seq, num_tokens)):
             seq.blocks.append(self.free_blocks.popleft())
 
@@ -78,7 +81,7 @@ class CacheManager:
         self.free_blocks.extend(seq.blocks)
         seq.blocks = []
         if seq.slot is not None:
-            self.free_slots.append(seq.slot)
+            heapq.heappush(self.free_slots, seq.slot)
             seq.slot = None
 
     def all_free(self) -> bool:

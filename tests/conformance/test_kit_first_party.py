@@ -20,6 +20,12 @@ class TestSdpa(AttentionConformance):
     dtypes = PORTABLE_DTYPES
 
 
+class TestSdpaCpu(AttentionConformance):
+    backend = "sdpa_cpu"
+    device = "cpu"
+    dtypes = ("float32",)  # all it declares
+
+
 class TestFlashAttn(AttentionConformance):
     backend = "flash_attn"
     device = "cuda"  # its state_spec's block_multiple (256) sizes the kit's blocks

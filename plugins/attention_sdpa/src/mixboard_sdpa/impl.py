@@ -44,11 +44,16 @@ class SdpaAttentionImpl(AttentionImpl):
         write_kv(k_cache, v_cache, meta.slot_mapping, k, v)
 
         out = torch.empty_like(q)
-        for i, chunk in enumerate(meta.decode_chunks):
-            self._decode(i, chunk, q, k_cache, v_cache, out, meta)
+        self._decodes(q, k_cache, v_cache, out, meta)
         for i, run in enumerate(meta.prefills):
             self._prefill(i, run, q, k, v, k_cache, v_cache, out, meta)
         return out
+
+    def _decodes(self, q, k_cache, v_cache, out, meta: SdpaMeta) -> None:
+        """The step's decode rows (the first ``num_decodes``) into ``out``: here in batched chunks over
+        gathered blocks; ``sdpa_cpu`` overrides it with a kernel that reads the blocks in place."""
+        for i, chunk in enumerate(meta.decode_chunks):
+            self._decode(i, chunk, q, k_cache, v_cache, out, meta)
 
     def _decode(self, i: int, chunk: DecodeChunk, q, k_cache, v_cache, out, meta: SdpaMeta) -> None:
         n, L = chunk.rows.numel(), chunk.num_keys

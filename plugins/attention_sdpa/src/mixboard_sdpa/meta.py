@@ -93,8 +93,10 @@ def bytes_per_token(spec) -> int:
     return spec.num_kv_heads * spec.head_size * torch_dtype(spec.dtype).itemsize
 
 
-def build_meta(common: CommonBatchMetadata, bytes_per_token: int, workspace: dict | None = None) -> SdpaMeta:
-    """The step's metadata; ``workspace`` (a dict the caller keeps) lends decode buffers from step to step."""
+def build_meta(common: CommonBatchMetadata, bytes_per_token: int, workspace: dict | None = None,
+               decode_chunks: bool = True) -> SdpaMeta:
+    """The step's metadata; ``workspace`` (a dict the caller keeps) lends decode buffers from step to step.
+    ``decode_chunks=False``: no gather plan for the decodes (a kernel that reads the block table itself)."""
     if not isinstance(common, CommonBatchMetadata):
         raise TypeError(f"the sdpa builder takes the step's CommonBatchMetadata, not {type(common).__name__}")
     device = common.block_table.device
@@ -105,7 +107,8 @@ def build_meta(common: CommonBatchMetadata, bytes_per_token: int, workspace: dic
     nblocks = [-(-s // bs) for s in seq_lens]
     table = common.block_table.long()
 
-    chunks = _decode_chunks(table, seq_lens[: common.num_decodes], nblocks, bs, bytes_per_token, device)
+    chunks = _decode_chunks(table, seq_lens[: common.num_decodes], nblocks, bs, bytes_per_token, device) \
+        if decode_chunks else ()
     prefills: list[Prefill] = []
     for i in range(common.num_decodes, common.num_seqs):
         qlen, ctx = qsl[i + 1] - qsl[i], ctx_lens[i]

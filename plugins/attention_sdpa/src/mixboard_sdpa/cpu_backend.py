@@ -1,0 +1,60 @@
+"""``sdpa_cpu``: ``sdpa`` with decodes that read the paged cache in place.
+
+On a CPU in float32 the decodes of a step are the C kernel's
+(``_paged_decode.c``): each key and value is read once from its cache block
+instead of being gathered into a copy first; prefills are ``sdpa``'s. This
+module is what listing and selection read; it imports neither torch nor the
+kernel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache, partial
+
+from mixboard import Backend
+
+MAX_GROUP = 64  # query heads per kv head (the kernel's stack arrays: _paged_decode.c)
+MAX_HEAD_SIZE = 256
+INSTALL_HINT = "reinstall mixboard-sdpa where a C compiler with OpenMP (gcc) is present, to build it"
+
+
+@lru_cache(maxsize=None)
+def kernel_missing() -> bool:
+    return importlib.util.find_spec("mixboard_sdpa._paged_decode") is None
+
+
+class SdpaCpuAttention(Backend):
+    name = "sdpa_cpu"
+    kind = "attention"
+    priority = 20  # above sdpa, which serves everything this does not
+    devices = ("cpu",)
+    dtypes = ("float32",)
+    api_version = 1
+    description = ("sdpa with decodes in a C kernel that reads the paged cache in place (no gather); "
+                   f"CPU, float32, up to {MAX_GROUP} query heads per kv head, head size up to {MAX_HEAD_SIZE}")
+
+    @classmethod
+    def check(cls, spec, env):
+        reasons = []
+        if kernel_missing():
+            reasons.append(f"its compiled kernel mixboard_sdpa._paged_decode is not built ({INSTALL_HINT})")
+        if spec.num_heads // spec.num_kv_heads > MAX_GROUP:
+            reasons.append(f"{spec.num_heads // spec.num_kv_heads} query heads per kv head; the kernel takes up to "
+                           f"{MAX_GROUP}")
+        if spec.head_size > MAX_HEAD_SIZE:
+            reasons.append(f"head_size {spec.head_size} is over the kernel's {MAX_HEAD_SIZE}")
+        return reasons
+
+    @classmethod
+    def builder(cls, spec, env):
+        from .meta import build_meta, bytes_per_token
+
+        # the kernel reads the block table itself: no gather plan for the decodes
+        return partial(build_meta, bytes_per_token=bytes_per_token(spec), workspace={}, decode_chunks=False)
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .cpu_impl import SdpaCpuAttentionImpl
+
+        return SdpaCpuAttentionImpl(spec)

@@ -1,0 +1,67 @@
+"""The ``sdpa_cpu`` backend (decodes in a C kernel over the paged cache) against
+the core oracle, on what the conformance kit's short cases do not reach:
+contexts of several of the kernel's 64-key chunks, blocks shuffled through
+the pool, GQA and MQA, windows and soft-caps, one and two threads; and how
+it is listed where it cannot serve."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mixboard import AttentionSpec, simulate
+from mixboard.selection import reasons_against
+from mixboard.testing import AttentionOracle
+from mixboard_sdpa import SdpaAttention, SdpaCpuAttention
+from mixboard_sdpa.cpu_backend import kernel_missing
+from attention_cases import decode_schedule, max_error, random_schedule, random_seqs, run_schedule
+
+pytestmark = pytest.mark.skipif(kernel_missing(), reason="mixboard_sdpa._paged_decode is not built")
+
+SPECS = {
+    "gqa": AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64),
+    "mqa": AttentionSpec(num_heads=6, num_kv_heads=1, head_size=24),
+    "window": AttentionSpec(num_heads=4, num_kv_heads=2, head_size=32, sliding_window=70),
+    "soft_cap_scale": AttentionSpec(num_heads=4, num_kv_heads=4, head_size=16, logits_soft_cap=5.0, scale=0.3),
+    "head_256": AttentionSpec(num_heads=2, num_kv_heads=1, head_size=256),
+}
+LENGTHS = [1, 2, 63, 64, 65, 130, 200]  # chunk edges of the kernel (64 keys)
+
+
+@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_long_decodes_match_the_oracle(name, threads):
+    spec = SPECS[name]
+    seqs = random_seqs(spec, LENGTHS, seed=3)
+    schedule = decode_schedule(LENGTHS, prompts=[1, 1, 40, 60, 3, 100, 150])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got, state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16)
+    finally:
+        torch.set_num_threads(before)
+    ref, ref_state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16, impl=AttentionOracle(spec),
+                                     use_builder=False)
+    assert max_error(got, ref) <= 2e-6
+    for key in state:
+        assert torch.equal(state[key], ref_state[key]), key
+
+
+def test_mixed_steps_agree_with_sdpa():
+    spec = SPECS["gqa"]
+    seqs = random_seqs(spec, LENGTHS, seed=5)
+    schedule = random_schedule(LENGTHS, seed=7, max_batch=5, max_chunk=50)
+    got, _, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=8)
+    ref, _, _ = run_schedule(SdpaAttention, spec, seqs, schedule, block_size=8)
+    assert max_error(got, ref) <= 2e-6
+
+
+def test_listed_with_reasons_where_it_cannot_serve():
+    cpu, cuda = simulate("cpu"), simulate("cuda", "9.0")
+    assert reasons_against(SdpaCpuAttention, SPECS["gqa"], cpu) == ()
+    assert any("runs on cpu" in r for r in reasons_against(SdpaCpuAttention, SPECS["gqa"], cuda))
+    bf16 = AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16")
+    assert any("supports dtypes float32" in r for r in reasons_against(SdpaCpuAttention, bf16, cpu))
+    wide = AttentionSpec(num_heads=128, num_kv_heads=1, head_size=512)
+    assert reasons_against(SdpaCpuAttention, wide, cpu) == (
+        "128 query heads per kv head; the kernel takes up to 64", "head_size 512 is over the kernel's 256")
