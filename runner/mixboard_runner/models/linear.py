@@ -11,7 +11,7 @@ Two changes, both exact up to float32 summation order:
   layout (``OneDnnLinear``). Measured here (2 threads, benchmarks/README.md),
   torch's default ``F.linear`` streams thin products (decode: 1 to 16 rows)
   at 3-8 GB/s; oneDNN packed runs the llama benchmark's shapes 1.1-2.9x
-  faster, and the panels another 1.3-1.7x at one row.
+  faster, and the panels another 1.2-1.6x at one row.
 
 A tied table (embedding and LM head, one tensor) is stored once in the
 layout its products want: panels, or for oneDNN transposed (``column_major``).

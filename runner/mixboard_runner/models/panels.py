@@ -6,8 +6,8 @@ A weight ``[out, in]`` is stored once as *panels* of 16 output rows,
 call and adds 16 consecutive weights times one input value into 16
 consecutive outputs. Measured here (benchmarks/README.md,
 ``bench_linear.py``), a one-row product, every batch-1 decode step, is
-1.3-1.7x faster than oneDNN's with the weight packed; at 16 rows 1.03-1.35x;
-at 256 rows 0.92-1.00x.
+1.2-1.6x faster than oneDNN's with the weight packed; at 16 rows (x packed
+in tiles first) 1.2-1.5x; at 256 rows 0.90-1.01x.
 
 A tied table (embedding and LM head) is stored as panels too, once:
 ``PanelEmbedding`` looks rows up in it, ``PanelLinear`` projects with it.
