@@ -44,9 +44,11 @@ static inline __attribute__((always_inline)) void store(float *y, vec acc, const
     }
 }
 
-/* mr (a constant after inlining) rows of x, ldx apart, against one panel. */
-static inline __attribute__((always_inline)) void tile(int mr, const float *x, long ldx, const float *w, long K,
-                                                        float *y, long ldy, const float *bias, long ncols) {
+/* mr (a constant after inlining) rows of x against one panel: row r's value k at x[r * rs + k * ks],
+ * rows ldx apart (rs = ldx, ks = 1) or packed in a tile (rs = 1, ks = TR: each step of the tile then
+ * broadcasts from one cache line, not one value from each of mr rows). */
+static inline __attribute__((always_inline)) void tile(int mr, const float *x, long rs, long ks, const float *w,
+                                                        long K, float *y, long ldy, const float *bias, long ncols) {
     vec acc[MR_MAX];
     for (int r = 0; r < mr; r++) acc[r] = (vec){0};
     for (long k = 0; k < K; k++) {
@@ -55,21 +57,7 @@ static inline __attribute__((always_inline)) void tile(int mr, const float *x, l
          * row, which loads much faster, is faster without) */
         __builtin_prefetch(w + (k + PREFETCH) * NR);
         vec b = *(const vec_u *)(w + k * NR);
-        for (int r = 0; r < mr; r++) acc[r] += x[r * ldx + k] * b;
-    }
-    for (int r = 0; r < mr; r++) store(y + r * ldy, acc[r], bias, ncols);
-}
-
-/* mr rows of x packed in a tile (row r of the tile at xp[k * TR + r]) against one panel: the broadcasts of
- * a step read one cache line from one pointer, not one value from each of mr rows. */
-static inline __attribute__((always_inline)) void tile_packed(int mr, const float *xp, const float *w, long K,
-                                                               float *y, long ldy, const float *bias, long ncols) {
-    vec acc[MR_MAX];
-    for (int r = 0; r < mr; r++) acc[r] = (vec){0};
-    for (long k = 0; k < K; k++) {
-        __builtin_prefetch(w + (k + PREFETCH) * NR);
-        vec b = *(const vec_u *)(w + k * NR);
-        for (int r = 0; r < mr; r++) acc[r] += xp[k * TR + r] * b;
+        for (int r = 0; r < mr; r++) acc[r] += x[r * rs + k * ks] * b;
     }
     for (int r = 0; r < mr; r++) store(y + r * ldy, acc[r], bias, ncols);
 }
@@ -90,8 +78,8 @@ static inline __attribute__((always_inline)) void row(const float *x, const floa
     store(y, (a0 + a1) + (a2 + a3), bias, ncols);
 }
 
-#define TAIL(n) case n: tile(n, x + r * ldx, ldx, w, K, y + r * ldy, ldy, bias, ncols); break;
-#define PACKED_TAIL(n) case n: tile_packed(n, at(xp, r, K), w, K, y + r * ldy, ldy, bias, ncols); break;
+#define TAIL(n) case n: tile(n, x + r * ldx, ldx, 1, w, K, y + r * ldy, ldy, bias, ncols); break;
+#define PACKED_TAIL(n) case n: tile(n, at(xp, r, K), 1, TR, w, K, y + r * ldy, ldy, bias, ncols); break;
 
 /* Row r of x packed in tiles of TR rows. */
 static inline const float *at(const float *xp, long r, long K) { return xp + (r / TR) * K * TR + r % TR; }
@@ -105,7 +93,7 @@ static inline const float *at(const float *xp, long r, long K) { return xp + (r 
                                    long ldy, const float *bias, long ncols) {                              \
         long r = 0;                                                                                        \
         for (; r + mr_max <= rows; r += mr_max)                                                            \
-            tile(mr_max, x + r * ldx, ldx, w, K, y + r * ldy, ldy, bias, ncols);                           \
+            tile(mr_max, x + r * ldx, ldx, 1, w, K, y + r * ldy, ldy, bias, ncols);                        \
         switch (rows - r) {                                                                                \
             TAIL(15) TAIL(14) TAIL(13) TAIL(12) TAIL(11) TAIL(10) TAIL(9) TAIL(8)                          \
             TAIL(7) TAIL(6) TAIL(5) TAIL(4) TAIL(3) TAIL(2) TAIL(1) default: break;                        \
@@ -115,7 +103,7 @@ static inline const float *at(const float *xp, long r, long K) { return xp + (r 
                                      long ldy, const float *bias, long ncols) {                            \
         long r = 0;                                                                                        \
         for (; r + mr_max <= rows; r += mr_max)                                                            \
-            tile_packed(mr_max, at(xp, r, K), w, K, y + r * ldy, ldy, bias, ncols);                        \
+            tile(mr_max, at(xp, r, K), 1, TR, w, K, y + r * ldy, ldy, bias, ncols);                        \
         switch (rows - r) {                                                                                \
             PACKED_TAIL(15) PACKED_TAIL(14) PACKED_TAIL(13) PACKED_TAIL(12) PACKED_TAIL(11)                \
             PACKED_TAIL(10) PACKED_TAIL(9) PACKED_TAIL(8) PACKED_TAIL(7) PACKED_TAIL(6) PACKED_TAIL(5)     \
