@@ -17,18 +17,19 @@ from torch import nn
 
 from checkpoints import make_checkpoint
 from mixboard_runner.loader import load_model
+from mixboard_runner import kernels
 from mixboard_runner.models import panels
 from mixboard_runner.models.panels import PanelEmbedding, PanelLinear, from_panels, to_panels
 
 pytestmark = pytest.mark.skipif(panels.UNAVAILABLE is not None, reason=str(panels.UNAVAILABLE))
-ISAS = panels._cpu_kernels.supported() if panels._cpu_kernels else ()
+ISAS = kernels.native.supported() if kernels.native else ()
 
 
 @pytest.fixture(params=ISAS)
 def isa(request):
-    panels._cpu_kernels.use_isa(request.param)
+    kernels.native.use_isa(request.param)
     yield request.param
-    panels._cpu_kernels.use_isa("")
+    kernels.native.use_isa("")
 
 
 def reference(x, linear):
@@ -80,7 +81,7 @@ def test_the_thread_count_does_not_change_a_bit(isa):
 
 def test_an_instruction_set_this_cpu_lacks_is_refused():
     with pytest.raises(ValueError, match="not run by this CPU or not compiled in"):
-        panels._cpu_kernels.use_isa("sse9")
+        kernels.native.use_isa("sse9")
     assert panels.isa() == ISAS[0]
 
 

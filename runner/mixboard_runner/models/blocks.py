@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import kernels
 from .linear import fuse
 
 
@@ -15,7 +16,17 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
+    def finalize(self) -> None:
+        """On CPU in float32 the norm is one kernel call (kernels.rms_norm) instead of F.rms_norm's operators."""
+        self.native = kernels.serves(self.weight.device, self.weight.dtype)
+        if self.native:
+            self.weight = nn.Parameter(self.weight.detach().contiguous(), requires_grad=False)
+
+    native = False
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native and x.dtype == torch.float32:
+            return kernels.rms_norm(x, self.weight, self.eps)
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
             # the same arithmetic as below in one call (bitwise equal in float32)
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)

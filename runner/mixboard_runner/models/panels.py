@@ -12,8 +12,8 @@ in tiles first) 1.2-1.5x; at 256 rows 0.90-1.01x.
 A tied table (embedding and LM head) is stored as panels too, once:
 ``PanelEmbedding`` looks rows up in it, ``PanelLinear`` projects with it.
 
-The extension is optional (setup.py): where it is not built, ``UNAVAILABLE``
-says why and the runner keeps oneDNN's products (``linear.py``).
+The kernel is optional (``kernels.py``): where it is not built,
+``UNAVAILABLE`` says why and the runner keeps oneDNN's products (``linear.py``).
 """
 
 from __future__ import annotations
@@ -21,26 +21,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-try:  # after torch: the kernel then shares the OpenMP runtime torch loaded (see the C file)
-    from .. import _cpu_kernels
-except ImportError as exc:
-    _cpu_kernels = None
-    UNAVAILABLE: str | None = (f"mixboard_runner._cpu_kernels is not built ({exc}); reinstall mixboard where a C "
-                               "compiler with OpenMP is present (gcc) to build it")
-else:
-    UNAVAILABLE = None
+from ..kernels import UNAVAILABLE, native, serves  # noqa: F401  (serves: whether products run on panels)
 
 PANEL = 16
 
 
-def serves(device: torch.device | str, dtype: torch.dtype) -> bool:
-    """Whether products of this device and dtype run on panels."""
-    return _cpu_kernels is not None and torch.device(device).type == "cpu" and dtype == torch.float32
-
-
 def isa() -> str | None:
     """The instruction set the kernel runs here (avx512, avx2, generic), None if not built."""
-    return None if _cpu_kernels is None else _cpu_kernels.isa()
+    return None if native is None else native.isa()
 
 
 def to_panels(weight: torch.Tensor) -> torch.Tensor:
@@ -108,7 +96,7 @@ class PanelLinear(nn.Module):
         rows = x2.shape[0]
         y = torch.empty(rows, self.out_features)
         if rows:
-            _cpu_kernels.linear(x2.data_ptr(), rows, self.in_features, x2.stride(0), self.panels.data_ptr(),
+            native.linear(x2.data_ptr(), rows, self.in_features, x2.stride(0), self.panels.data_ptr(),
                                 self.out_features, 0 if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
                                 self.out_features)
         return y.view(*lead, self.out_features)

@@ -1,0 +1,47 @@
+"""The runner's compiled CPU kernels (``_cpu_kernels.c``), imported in this one place.
+
+Products on panels (``models/panels.py``) and two row operations of every
+decode step, which torch runs as several dispatched operators each:
+``rms_norm`` (F.rms_norm on CPU: ~8 operators, ~40 us a call inside a step)
+and ``argmax`` (greedy sampling over [16, 32000]: ~360 us in torch, ~70 us
+here). The extension is optional (setup.py): where it is not built,
+``UNAVAILABLE`` says why and the runner keeps torch's operators.
+"""
+
+from __future__ import annotations
+
+import torch  # first: the kernels then share the OpenMP runtime torch loaded (see the C file)
+
+try:
+    from . import _cpu_kernels as native
+except ImportError as exc:
+    native = None
+    UNAVAILABLE: str | None = (f"mixboard_runner._cpu_kernels is not built ({exc}); reinstall mixboard where a C "
+                               "compiler with OpenMP is present (gcc) to build it")
+else:
+    UNAVAILABLE = None
+
+
+def serves(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether this device's and dtype's tensors go through the kernels."""
+    return native is not None and torch.device(device).type == "cpu" and dtype == torch.float32
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """F.rms_norm(x, weight.shape, weight, eps) for float32 CPU tensors (weight contiguous)."""
+    dim = weight.shape[0]
+    rows = x.reshape(-1, dim)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    out = torch.empty(rows.shape)
+    native.rms_norm(rows.data_ptr(), rows.shape[0], dim, rows.stride(0), weight.data_ptr(), eps, out.data_ptr(), dim)
+    return out.view(x.shape)
+
+
+def argmax(logits: torch.Tensor) -> list[int]:
+    """logits.argmax(-1).tolist() for a float32 CPU [N, vocab]."""
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    out = torch.empty(logits.shape[0], dtype=torch.int64)
+    native.argmax(logits.data_ptr(), logits.shape[0], logits.shape[1], logits.stride(0), out.data_ptr())
+    return out.tolist()

@@ -1,0 +1,58 @@
+"""The runner's row kernels (``kernels.rms_norm``, ``kernels.argmax``) against
+torch's own operators, and the runner using them where they serve."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mixboard_runner import kernels
+from mixboard_runner.models.blocks import RMSNorm
+from mixboard_runner.sampling import SamplingParams, sample
+
+pytestmark = pytest.mark.skipif(kernels.UNAVAILABLE is not None, reason=str(kernels.UNAVAILABLE))
+
+
+@pytest.mark.parametrize("shape", [(1, 512), (16, 512), (7, 3, 40), (300, 97)])
+def test_rms_norm_matches_f_rms_norm(shape):
+    torch.manual_seed(len(shape))
+    x, weight = torch.randn(shape) * 3, torch.randn(shape[-1])
+    torch.testing.assert_close(kernels.rms_norm(x, weight, 1e-5), F.rms_norm(x, (shape[-1],), weight, 1e-5),
+                               atol=2e-6, rtol=2e-6)
+
+
+def test_rms_norm_of_strided_rows_and_heads():
+    torch.manual_seed(0)
+    qkv, weight = torch.randn(5, 3 * 4 * 16), torch.randn(16)
+    q = qkv[:, : 4 * 16].view(5, 4, 16)  # a view whose rows are not evenly strided
+    torch.testing.assert_close(kernels.rms_norm(q, weight, 1e-6), F.rms_norm(q, (16,), weight, 1e-6),
+                               atol=2e-6, rtol=2e-6)
+
+
+def test_the_runner_norm_takes_the_kernel_after_finalize():
+    torch.manual_seed(1)
+    norm = RMSNorm(64, 1e-5)
+    norm.weight.data.normal_()
+    x = torch.randn(9, 64)
+    before = norm(x)
+    norm.finalize()
+    assert norm.native
+    torch.testing.assert_close(norm(x), before, atol=2e-6, rtol=2e-6)
+
+
+def test_argmax_is_torchs_with_ties_and_nans():
+    torch.manual_seed(2)
+    logits = torch.randn(6, 1000)
+    logits[1, 10] = logits[1, 900] = logits[1].max() + 1  # a tie: the first index wins, as in torch
+    logits[2, 500] = float("nan")  # a NaN counts as the largest, as in torch
+    logits[3] = float("-inf")
+    logits[4, 999] = float("inf")
+    assert kernels.argmax(logits) == logits.argmax(-1).tolist()
+    assert kernels.argmax(logits[:, ::2]) == logits[:, ::2].argmax(-1).tolist()  # strided rows
+
+
+def test_greedy_sampling_takes_the_kernel():
+    torch.manual_seed(3)
+    logits = torch.randn(16, 32000)
+    assert sample(logits, [SamplingParams()] * 16, [None] * 16) == logits.argmax(-1).tolist()
