@@ -248,24 +248,30 @@ ROW_CLONES static long argmax_row(const float *x, long n) {
     return 0;
 }
 
-/* rms_norm(x, rows, dim, ldx, weight, eps, out, ldo): addresses as ints. */
+/* The first `want` arguments as integers (addresses and sizes), or -1 with a Python error set. */
+static int read_ints(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage, long long *out) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", usage, want);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < want; i++) {
+        out[i] = PyLong_AsLongLong(args[i]);
+        if (out[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+/* rms_norm(x, rows, dim, ldx, weight, out, ldo, eps): addresses as ints, eps a float. */
 static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "rms_norm() takes 8 arguments: x, rows, dim, ldx, weight, eps, out, ldo");
-        return NULL;
-    }
-    long long v[8];
-    for (int i = 0; i < 8; i++) {
-        if (i == 5) continue;
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
-    float eps = (float)PyFloat_AsDouble(args[5]);
+    long long v[7];
+    if (nargs != 8) return PyErr_Format(PyExc_TypeError, "rms_norm(x, rows, dim, ldx, weight, out, ldo, eps) takes 8 arguments");
+    if (read_ints(args, 7, 7, "rms_norm", v) < 0) return NULL;  /* all but eps */
+    float eps = (float)PyFloat_AsDouble(args[7]);
     if (PyErr_Occurred()) return NULL;
     const float *x = (const float *)(intptr_t)v[0], *w = (const float *)(intptr_t)v[4];
-    float *out = (float *)(intptr_t)v[6];
-    long rows = v[1], dim = v[2], ldx = v[3], ldo = v[7];
+    float *out = (float *)(intptr_t)v[5];
+    long rows = v[1], dim = v[2], ldx = v[3], ldo = v[6];
     Py_BEGIN_ALLOW_THREADS
 #pragma omp parallel for schedule(static) if (rows * dim > 65536)
     for (long r = 0; r < rows; r++) rms_norm_row(x + r * ldx, dim, w, eps, out + r * ldo);
@@ -277,14 +283,7 @@ static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t n
 static PyObject *py_argmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     long long v[5];
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "argmax() takes 5 arguments: x, rows, n, ldx, out");
-        return NULL;
-    }
-    for (int i = 0; i < 5; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (read_ints(args, nargs, 5, "argmax(x, rows, n, ldx, out)", v) < 0) return NULL;
     const float *x = (const float *)(intptr_t)v[0];
     int64_t *out = (int64_t *)(intptr_t)v[4];
     long rows = v[1], n = v[2], ldx = v[3];
@@ -298,15 +297,8 @@ static PyObject *py_argmax(PyObject *self, PyObject *const *args, Py_ssize_t nar
 /* linear(x, M, K, ldx, w, N, bias, y, ldy): addresses as ints (tensor.data_ptr(), 0 for no bias). */
 static PyObject *py_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "linear() takes 9 arguments: x, M, K, ldx, w, N, bias, y, ldy");
-        return NULL;
-    }
     long long v[9];
-    for (int i = 0; i < 9; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (read_ints(args, nargs, 9, "linear(x, M, K, ldx, w, N, bias, y, ldy)", v) < 0) return NULL;
     if (v[1] < 0 || v[2] < 0 || v[5] < 0 || (v[1] > 1 && !v[0])) {
         PyErr_SetString(PyExc_ValueError, "linear(): negative size or missing input");
         return NULL;
@@ -346,7 +338,7 @@ static PyMethodDef methods[] = {
     {"linear", (PyCFunction)(void (*)(void))py_linear, METH_FASTCALL,
      "linear(x, M, K, ldx, w, N, bias, y, ldy): y = x @ W.T + bias, W in 16-column panels (addresses as ints)."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL,
-     "rms_norm(x, rows, dim, ldx, weight, eps, out, ldo): RMSNorm of float32 rows (addresses as ints)."},
+     "rms_norm(x, rows, dim, ldx, weight, out, ldo, eps): RMSNorm of float32 rows (addresses as ints)."},
     {"argmax", (PyCFunction)(void (*)(void))py_argmax, METH_FASTCALL,
      "argmax(x, rows, n, ldx, out): first index of each float32 row's largest value into int64 out."},
     {"use_isa", py_use_isa, METH_O, "use_isa(name) -> name: the instruction set to run ('' for the best here)."},

@@ -34,7 +34,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
     out = torch.empty(rows.shape)
-    native.rms_norm(rows.data_ptr(), rows.shape[0], dim, rows.stride(0), weight.data_ptr(), eps, out.data_ptr(), dim)
+    native.rms_norm(rows.data_ptr(), rows.shape[0], dim, rows.stride(0), weight.data_ptr(), out.data_ptr(), dim, eps)
     return out.view(x.shape)
 
 
