@@ -142,10 +142,11 @@ def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype,
         if name == tied and name not in state:
             continue
         tensor = state[name]
-        shape = tuple(param.shape) if name != laid else layout[1].stored_shape(*param.shape)
-        if tuple(tensor.shape) != shape:
-            found = list(tensor.shape) if name != laid else "another shape"
-            raise ModelError(f"tensor {name} has shape {found}, the config implies {list(param.shape)}")
+        if name == laid:  # read into its inference layout: compare with that layout's shape
+            if tuple(tensor.shape) != layout[1].stored_shape(*param.shape):
+                raise ModelError(f"tensor {name} does not have the shape the config implies, {list(param.shape)}")
+        elif tuple(tensor.shape) != tuple(param.shape):
+            raise ModelError(f"tensor {name} has shape {list(tensor.shape)}, the config implies {list(param.shape)}")
     table = state.pop(laid) if laid else None
     if table is not None:  # finalize() takes it; the module keeps an empty stand-in until then
         model.get_submodule(laid.rsplit(".", 1)[0]).weight = nn.Parameter(torch.empty(0, dtype=dtype),

@@ -16,13 +16,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
+    native = False  # set by finalize()
+
     def finalize(self) -> None:
         """On CPU in float32 the norm is one kernel call (kernels.rms_norm) instead of F.rms_norm's operators."""
         self.native = kernels.serves(self.weight.device, self.weight.dtype)
         if self.native:
             self.weight = nn.Parameter(self.weight.detach().contiguous(), requires_grad=False)
-
-    native = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.native and x.dtype == torch.float32:

@@ -32,14 +32,10 @@ def isa() -> str | None:
 
 
 def to_panels(weight: torch.Tensor) -> torch.Tensor:
-    """[out, in] -> [ceil(out / 16), in, 16], a new tensor."""
-    out_features, in_features = weight.shape
-    count = -(-out_features // PANEL)
-    stored = torch.zeros(count * PANEL, in_features, dtype=weight.dtype) if out_features % PANEL else None
-    if stored is not None:
-        stored[:out_features] = weight
-        weight = stored
-    return weight.reshape(count, PANEL, in_features).transpose(1, 2).contiguous()
+    """[out, in] -> [ceil(out / 16), in, 16], a new tensor (the loader's layout, written in one piece)."""
+    stored = PanelLayout.empty(*weight.shape, weight.dtype)
+    PanelLayout.write(stored, 0, weight)
+    return stored
 
 
 def from_panels(panels: torch.Tensor, out_features: int) -> torch.Tensor:
@@ -68,7 +64,7 @@ class PanelLayout:
         whole = n // PANEL * PANEL
         p = first // PANEL
         if whole:
-            stored[p:p + whole // PANEL].copy_(chunk[:whole].view(-1, PANEL, cols).transpose(1, 2))
+            stored[p:p + whole // PANEL].copy_(chunk[:whole].reshape(-1, PANEL, cols).transpose(1, 2))
         if n > whole:  # the table's last rows: a panel of its own, zero-padded
             stored[p + whole // PANEL, :, :n - whole].copy_(chunk[whole:].t())
 
@@ -97,8 +93,8 @@ class PanelLinear(nn.Module):
         y = torch.empty(rows, self.out_features)
         if rows:
             native.linear(x2.data_ptr(), rows, self.in_features, x2.stride(0), self.panels.data_ptr(),
-                                self.out_features, 0 if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
-                                self.out_features)
+                          self.out_features, 0 if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
+                          self.out_features)
         return y.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:

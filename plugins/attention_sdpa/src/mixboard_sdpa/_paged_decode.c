@@ -8,7 +8,7 @@
  * length mask; here each key and value is read once, from where it lies.
  *
  * One work item is one (sequence, kv head): its G = heads / kv_heads query
- * heads share every key they read. Keys are taken a block at a time with an
+ * heads share every key they read. Keys are taken 64 at a time with an
  * online softmax (running maximum m, sum l, accumulator acc rescaled when m
  * grows), the arithmetic of flash attention, in float32.
  *
@@ -47,8 +47,8 @@ typedef struct {
 
 /* e^x for x <= 0 (scores minus their maximum), in plain arithmetic so that a
  * loop of it vectorizes: 2^(x log2 e) = 2^n 2^f, n an integer, |f| <= 1/2,
- * 2^f by its Taylor series to the 7th power (relative error < 2e-7, below
- * float32's half ulp... near enough: the kit holds it to 1e-5). */
+ * 2^f by its Taylor series to the 7th power (relative error < 2e-7, a few
+ * float32 ulps at most; the conformance kit holds the outputs to 1e-5). */
 static inline float exp_nonpositive(float x) {
     float y = (x < -87.0f ? -87.0f : x) * 1.44269504088896341f;
     int n = (int)(y - 0.5f);  /* y <= 0: rounds to nearest */
@@ -129,7 +129,8 @@ static void attend_all(const problem *p, long n) {
 }
 
 /* decode(q, q_stride, n, heads, kv_heads, D, k, v, block_size, table, table_stride, seq_lens, out, out_stride,
- *        scale, window, cap): addresses as ints (tensor.data_ptr()); the wrapper checks shapes and strides. */
+ *        scale, window, cap): addresses as ints (tensor.data_ptr()); the impl has checked shapes, strides and
+ *        block ids (mixboard.ops.paged.check_paged_inputs) before it calls. */
 static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 17) {
