@@ -9,7 +9,7 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension(
     "mixboard_sdpa._paged_decode",
     sources=["src/mixboard_sdpa/_paged_decode.c"],
-    extra_compile_args=["-O3", "-fopenmp"],
+    extra_compile_args=["-O3", "-fopenmp", "-Wno-psabi"],
     extra_link_args=["-fopenmp"],
     optional=True,
 )])

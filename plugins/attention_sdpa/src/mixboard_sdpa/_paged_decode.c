@@ -7,10 +7,12 @@
  * [n, keys, kv_heads, D] copy and runs scaled_dot_product_attention with a
  * length mask; here each key and value is read once, from where it lies.
  *
- * One work item is one (sequence, kv head): its G = heads / kv_heads query
- * heads share every key they read. Keys are taken 64 at a time with an
- * online softmax (running maximum m, sum l, accumulator acc rescaled when m
- * grows), the arithmetic of flash attention, in float32.
+ * One work item is one sequence and a range of its kv heads (all of them
+ * unless the threads need more items than there are sequences); the G =
+ * heads / kv_heads query heads of a kv head share every key they read.
+ * Keys are taken 64 at a time with an online softmax (running maximum m,
+ * sum l, accumulator acc rescaled when m grows), the arithmetic of flash
+ * attention, in float32.
  *
  * Threads: OpenMP over work items, on the libgomp torch loaded (the wrapper
  * imports torch first). Instruction sets: GCC compiles the work item for
@@ -20,6 +22,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <omp.h>
 
 #define MAX_GROUP 64   /* query heads per kv head (the backend's check says so) */
 #define MAX_HEAD 256   /* head size */
@@ -45,87 +48,155 @@ typedef struct {
     long window;            /* 0: every key */
 } problem;
 
-/* e^x for x <= 0 (scores minus their maximum), in plain arithmetic so that a
- * loop of it vectorizes: 2^(x log2 e) = 2^n 2^f, n an integer, |f| <= 1/2,
- * 2^f by its Taylor series to the 7th power (relative error < 2e-7, a few
- * float32 ulps at most; the conformance kit holds the outputs to 1e-5). */
-static inline float exp_nonpositive(float x) {
-    float y = (x < -87.0f ? -87.0f : x) * 1.44269504088896341f;
-    int n = (int)(y - 0.5f);  /* y <= 0: rounds to nearest */
-    float f = (y - (float)n) * 0.693147180559945309f;
-    float e = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720
-              + f * (1.0f / 5040)))))));
-    union { int i; float f; } scale = {.i = (n + 127) << 23};
-    return e * scale.f;
+/* Sixteen floats at a time, written once for every instruction set: GCC's
+ * vector extension lowers a 64-byte vector to one AVX-512 register, two
+ * AVX2 ones or four SSE ones (target_clones above). */
+typedef float vec __attribute__((vector_size(64)));
+typedef int ivec __attribute__((vector_size(64)));
+#define LANES 16
+
+static inline vec load(const float *p) { vec v; __builtin_memcpy(&v, p, sizeof v); return v; }
+static inline vec splat(float x) { return (vec){0} + x; }
+static inline vec pick(ivec mask, vec a, vec b) { return (vec)(((ivec)a & mask) | ((ivec)b & ~mask)); }
+
+static inline float lane_sum(vec v) {
+#if defined(__clang__)
+    v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+#else
+    v += __builtin_shuffle(v, (ivec){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    v += __builtin_shuffle(v, (ivec){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    v += __builtin_shuffle(v, (ivec){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    v += __builtin_shuffle(v, (ivec){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+#endif
+    return v[0];
 }
 
-/* One (sequence i, kv head h) for head size D (a constant where the macro
- * below instantiates it, so that a key, a query and an accumulator row stay
- * in registers). */
-static inline __attribute__((always_inline)) void attend(const problem *p, long i, long h, const long D) {
-    const long G = p->heads / p->kv_heads, len = p->seq_lens[i];
+/* e^x for x <= 0 (scores minus their maximum), sixteen at a time:
+ * 2^(x log2 e) = 2^n 2^f, n an integer, |f| <= 1/2, 2^f by its Taylor
+ * series to the 7th power (relative error < 2e-7, a few float32 ulps at
+ * most; the conformance kit holds the outputs to 1e-5). */
+static inline vec exp_nonpositive(vec x) {
+    x = pick(x < -87.0f, splat(-87.0f), x);
+    const vec y = x * 1.44269504088896341f;
+    const ivec n = __builtin_convertvector(y - 0.5f, ivec);  /* y <= 0: truncation rounds to nearest */
+    const vec f = (y - __builtin_convertvector(n, vec)) * 0.693147180559945309f;
+    const vec e = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720
+                  + f * (1.0f / 5040)))))));
+    return e * (vec)((n + 127) << 23);
+}
+
+/* q . k over D floats: sixteen lanes of partial sums, then the lanes. */
+static inline float dot(const float *q, const float *k, const long D) {
+    vec part = {0};
+    long d = 0;
+    for (; d + LANES <= D; d += LANES) part += load(q + d) * load(k + d);
+    float sum = lane_sum(part);
+    for (; d < D; d++) sum += q[d] * k[d];
+    return sum;
+}
+
+/* One work item: sequence i, kv heads [h0, h0 + H) and their H * G query
+ * heads, for head size D and group G (constants where attend_one
+ * instantiates them, so that an accumulator row stays in registers). Keys
+ * are walked a row at a time (a row: every kv head of one position,
+ * contiguous), so an item reads its part of each block front to back. */
+static inline __attribute__((always_inline)) void attend(const problem *p, long i, long h0, long H, const long D,
+                                                         const long G) {
+    const long len = p->seq_lens[i], bs = p->block_size, row = p->kv_heads * D, QH = H * G, DV = D / LANES;
     const long first = p->window > 0 && len > p->window ? len - p->window : 0;
+    const int32_t *table = p->table + i * p->table_stride;
+    const float *q = p->q + i * p->q_stride + h0 * G * D;
     float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HEAD], s[MAX_GROUP][KEYS];
-    const float *q = p->q + i * p->q_stride + h * G * D;
-    for (long g = 0; g < G; g++) {
-        m[g] = -INFINITY, l[g] = 0.0f;
-        for (long d = 0; d < D; d++) acc[g][d] = 0.0f;
+    const float *values[KEYS];
+    for (long c = 0; c < QH; c++) {
+        m[c] = -INFINITY, l[c] = 0.0f;
+        for (long d = 0; d < D; d++) acc[c][d] = 0.0f;
     }
     for (long j0 = first; j0 < len; j0 += KEYS) {
         const long count = len - j0 < KEYS ? len - j0 : KEYS;
-        for (long t = 0; t < count; t++) {
-            long j = j0 + t, block = p->table[i * p->table_stride + j / p->block_size];
-            const float *key = p->k + ((block * p->block_size + j % p->block_size) * p->kv_heads + h) * D;
-            for (long g = 0; g < G; g++) {
-                const float *qg = q + g * D;
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (long d = 0; d < D; d++) dot += qg[d] * key[d];
-                dot *= p->scale;
-                s[g][t] = p->cap > 0.0f ? p->cap * tanhf(dot / p->cap) : dot;
+        for (long t = 0; t < count;) {  /* scores, a block run at a time: one table lookup per block */
+            const long j = j0 + t, off = j % bs, run = bs - off < count - t ? bs - off : count - t;
+            const long at = (table[j / bs] * bs + off) * row + h0 * D;
+            const float *key = p->k + at, *value = p->v + at;
+            for (long u = 0; u < run; u++, t++, key += row, value += row) {
+                values[t] = value;
+                for (long d = 0; d < H * D; d += LANES) __builtin_prefetch(value + d);  /* read next */
+                for (long c = 0; c < QH; c++) s[c][t] = dot(q + c * D, key + c / G * D, D) * p->scale;
             }
         }
-        for (long g = 0; g < G; g++) {
-            float top = m[g], sum = 0.0f;
-            for (long t = 0; t < count; t++) top = s[g][t] > top ? s[g][t] : top;
-            const float rescale = expf(m[g] - top);  /* 0 on the first keys (m = -inf) */
-            for (long d = 0; d < D; d++) acc[g][d] *= rescale;
-#pragma omp simd reduction(+ : sum)
+        if (p->cap > 0.0f)
+            for (long c = 0; c < QH; c++)
+                for (long t = 0; t < count; t++) s[c][t] = p->cap * tanhf(s[c][t] / p->cap);
+        const long padded = (count + LANES - 1) / LANES * LANES;
+        for (long c = 0; c < QH; c++) {  /* online softmax, then the values */
+            for (long t = count; t < padded; t++) s[c][t] = -INFINITY;
+            vec top = load(s[c]);
+            for (long t = LANES; t < padded; t += LANES) top = pick(load(s[c] + t) > top, load(s[c] + t), top);
+            float best = m[c];
+            for (long k = 0; k < LANES; k++) best = top[k] > best ? top[k] : best;
+            const float rescale = expf(m[c] - best);  /* 0 on the first keys (m = -inf) */
+            vec sum = {0};
+            for (long t = 0; t < padded; t += LANES) {
+                const vec w = pick(load(s[c] + t) == -INFINITY, splat(0.0f), exp_nonpositive(load(s[c] + t) - best));
+                __builtin_memcpy(s[c] + t, &w, sizeof w);
+                sum += w;
+            }
+            l[c] = l[c] * rescale + lane_sum(sum);
+            m[c] = best;
+            vec a[MAX_HEAD / LANES];
+            for (long b = 0; b < DV; b++) a[b] = load(acc[c] + b * LANES) * rescale;
+            for (long d = DV * LANES; d < D; d++) acc[c][d] *= rescale;
+            const long at = c / G * D;
             for (long t = 0; t < count; t++) {
-                s[g][t] = exp_nonpositive(s[g][t] - top);
-                sum += s[g][t];
+                const float *value = values[t] + at;
+                const vec w = splat(s[c][t]);
+                for (long b = 0; b < DV; b++) a[b] += w * load(value + b * LANES);
+                for (long d = DV * LANES; d < D; d++) acc[c][d] += s[c][t] * value[d];
             }
-            l[g] = l[g] * rescale + sum;
-            m[g] = top;
-        }
-        for (long t = 0; t < count; t++) {
-            long j = j0 + t, block = p->table[i * p->table_stride + j / p->block_size];
-            const float *value = p->v + ((block * p->block_size + j % p->block_size) * p->kv_heads + h) * D;
-            for (long g = 0; g < G; g++) {
-                const float w = s[g][t];
-                for (long d = 0; d < D; d++) acc[g][d] += w * value[d];
-            }
+            for (long b = 0; b < DV; b++) __builtin_memcpy(acc[c] + b * LANES, &a[b], sizeof a[b]);
         }
     }
-    for (long g = 0; g < G; g++) {
-        float *o = p->out + i * p->out_stride + (h * G + g) * D;
-        const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;  /* no key (len 0): zeros, never NaN */
-        for (long d = 0; d < D; d++) o[d] = acc[g][d] * inv;
+    for (long c = 0; c < QH; c++) {
+        float *o = p->out + i * p->out_stride + (h0 * G + c) * D;
+        const float inv = l[c] > 0.0f ? 1.0f / l[c] : 0.0f;  /* no key (len 0): zeros, never NaN */
+        for (long d = 0; d < D; d++) o[d] = acc[c][d] * inv;
     }
 }
 
-CLONES static void attend_one(const problem *p, long i, long h) {
-    switch (p->D) {  /* the common head sizes unrolled, any other as it comes */
-    case 64: attend(p, i, h, 64); break;
-    case 128: attend(p, i, h, 128); break;
-    default: attend(p, i, h, p->D); break;
+#define GROUPS(D) \
+    switch (G) { \
+    case 1: attend(p, i, h0, H, D, 1); break; \
+    case 2: attend(p, i, h0, H, D, 2); break; \
+    case 4: attend(p, i, h0, H, D, 4); break; \
+    case 8: attend(p, i, h0, H, D, 8); break; \
+    default: attend(p, i, h0, H, D, G); break; \
+    }
+
+CLONES static void attend_one(const problem *p, long i, long h0, long H) {
+    const long G = p->heads / p->kv_heads;
+    switch (p->D) {  /* the common head sizes and groups unrolled, any other as it comes */
+    case 64: GROUPS(64) break;
+    case 128: GROUPS(128) break;
+    default: attend(p, i, h0, H, p->D, G); break;
     }
 }
 
+/* Work items: each sequence's kv heads in `split` equal ranges. Whole rows
+ * read front to back are the fastest (one head's slice of each row, rows 1 KB
+ * apart, was read at ~15 GB/s where whole rows reach ~28), so a sequence is
+ * split only as far as the threads need items to share. */
 static void attend_all(const problem *p, long n) {
-    const long work = n * p->kv_heads;
-#pragma omp parallel for schedule(static) if (work > 1)
-    for (long w = 0; w < work; w++) attend_one(p, w / p->kv_heads, w % p->kv_heads);
+    const long G = p->heads / p->kv_heads, threads = omp_get_max_threads();
+    long split = 1;
+    while (split < p->kv_heads && ((p->kv_heads / split) * G > MAX_GROUP || n * split < 4 * threads))
+        split++;
+    while (p->kv_heads % split) split++;
+    const long H = p->kv_heads / split, work = n * split;
+#pragma omp parallel for schedule(dynamic, 1) if (work > 1)
+    for (long w = 0; w < work; w++) attend_one(p, w / split, (w % split) * H, H);
 }
 
 /* decode(q, q_stride, n, heads, kv_heads, D, k, v, block_size, table, table_stride, seq_lens, out, out_stride,
