@@ -11,6 +11,11 @@
  * in an order fixed by the row count (k in order; for a single row, four
  * interleaved partial sums), so the thread count never changes a bit.
  *
+ * Gated products (gated_linear: SwiGLU's silu(x G^T) * (x U^T)) store the
+ * panels of G and U interleaved, G's panel p then U's, and apply the gate to
+ * each pair of tiles while they are still in L1: no [M, 2N] intermediate,
+ * no separate silu and multiply over it.
+ *
  * Threads: OpenMP, linked by soname against the libgomp that torch has
  * already loaded (the wrapper imports torch first), so these products share
  * torch's thread pool instead of fighting a second one for the cores.
@@ -35,6 +40,35 @@
 
 typedef float vec __attribute__((vector_size(64)));
 typedef float vec_u __attribute__((vector_size(64), aligned(4)));
+typedef int ivec __attribute__((vector_size(64)));
+
+/* e^x, sixteen at a time, for x clamped to [-87, 88] (where 2^n below stays
+ * a normal float): 2^(x log2 e) = 2^n 2^f, n the nearest integer, |f| <= 1/2,
+ * 2^f by its Taylor series to the 7th power (relative error < 1e-8 before
+ * rounding: a few float32 ulps at most). */
+static inline __attribute__((always_inline)) vec exp16(vec x) {
+    const ivec low = x < -87.0f, high = x > 88.0f;
+    x = (vec)(((ivec)x & ~(low | high)) | ((ivec)((vec){0} - 87.0f) & low) | ((ivec)((vec){0} + 88.0f) & high));
+    const vec y = x * 1.44269504088896341f;
+    const vec n = (y + 12582912.0f) - 12582912.0f;  /* 1.5 * 2^23: rounds to the nearest integer */
+    const vec f = (y - n) * 0.693147180559945309f;
+    const vec e = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720
+                  + f * (1.0f / 5040)))))));
+    return e * (vec)((__builtin_convertvector(n, ivec) + 127) << 23);
+}
+
+/* y = silu(g) * u = g / (1 + e^-g) * u for rows of one pair of tiles (NR apart). */
+static inline __attribute__((always_inline)) void swiglu(const float *g, const float *u, long rows, float *y,
+                                                          long ldy, long ncols) {
+    for (long r = 0; r < rows; r++) {
+        const vec a = *(const vec_u *)(g + r * NR), out = a / (1.0f + exp16(-a)) * *(const vec_u *)(u + r * NR);
+        if (ncols == NR) {
+            *(vec_u *)(y + r * ldy) = out;
+        } else {
+            for (long j = 0; j < ncols; j++) y[r * ldy + j] = out[j];
+        }
+    }
+}
 
 
 static inline __attribute__((always_inline)) void store(float *y, vec acc, const float *bias, long ncols) {
@@ -115,6 +149,10 @@ static inline const float *at(const float *xp, long r, long K) { return xp + (r 
     attr static void row_##suffix(const float *x, long K, const float *w, float *y, const float *bias,     \
                                   long ncols) {                                                            \
         row(x, w, K, y, bias, ncols);                                                                      \
+    }                                                                                                      \
+    attr static void glu_##suffix(const float *g, const float *u, long rows, float *y, long ldy,          \
+                                  long ncols) {                                                            \
+        swiglu(g, u, rows, y, ldy, ncols);                                                                 \
     }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -128,9 +166,10 @@ typedef struct {
     void (*rows)(const float *, long, long, long, const float *, float *, long, const float *, long);
     void (*packed)(const float *, long, long, const float *, float *, long, const float *, long);
     void (*row)(const float *, long, const float *, float *, const float *, long);
+    void (*glu)(const float *, const float *, long, float *, long, long);
 } kernels;
 
-static kernels use = {"generic", rows_generic, packed_generic, row_generic};
+static kernels use = {"generic", rows_generic, packed_generic, row_generic, glu_generic};
 
 /* The instruction sets this CPU runs, best first. */
 static int supported(kernels *out) {
@@ -139,11 +178,11 @@ static int supported(kernels *out) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw")
         && __builtin_cpu_supports("avx512dq"))
-        out[n++] = (kernels){"avx512", rows_avx512, packed_avx512, row_avx512};
+        out[n++] = (kernels){"avx512", rows_avx512, packed_avx512, row_avx512, glu_avx512};
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        out[n++] = (kernels){"avx2", rows_avx2, packed_avx2, row_avx2};
+        out[n++] = (kernels){"avx2", rows_avx2, packed_avx2, row_avx2, glu_avx2};
 #endif
-    out[n++] = (kernels){"generic", rows_generic, packed_generic, row_generic};
+    out[n++] = (kernels){"generic", rows_generic, packed_generic, row_generic, glu_generic};
     return n;
 }
 
@@ -173,8 +212,21 @@ static PyObject *py_supported(PyObject *self, PyObject *unused) {
     return out;
 }
 
+/* One panel's outputs for rows [m0, m0 + rows) of x (as linear() laid it out) into out, ldo apart. */
+static inline void panel(const float *xs, long ld, const float *packed, long M, long m0, long rows, long K,
+                         const float *wp, float *out, long ldo, const float *bias, long ncols) {
+    if (M == 1)
+        use.row(xs, K, wp, out, bias, ncols);
+    else if (packed)
+        use.packed(packed + m0 * K, rows, K, wp, out, ldo, bias, ncols);
+    else
+        use.rows(xs + m0 * ld, rows, K, ld, wp, out, ldo, bias, ncols);
+}
+
+/* y = x W^T + bias; gated: y = silu(x G^T + bias[:N]) * (x U^T + bias[N:]), w holding G's and U's panels
+ * interleaved. copy / packed: where x is first re-laid (see py_linear), else NULL. */
 static void linear(const float *x, long M, long K, long ldx, const float *w, long N, const float *bias,
-                   float *y, long ldy, float *copy, long ldc, float *packed) {
+                   float *y, long ldy, float *copy, long ldc, float *packed, int gated) {
     long panels = (N + NR - 1) / NR, chunks = (M + MC - 1) / MC, kblocks = (K + KB - 1) / KB;
     long work = M == 1 ? panels : chunks * panels;
 #pragma omp parallel if (M * N * K > 65536)
@@ -199,18 +251,21 @@ static void linear(const float *x, long M, long K, long ldx, const float *w, lon
         }
         const float *xs = copy ? copy : x;
         long ld = copy ? ldc : ldx;
+        float g[MC * NR], u[MC * NR];  /* a gated product's pair of tiles */
         /* chunk-major: each thread takes a contiguous run of (chunk, panel) pairs */
 #pragma omp for schedule(static)
         for (long i = 0; i < work; i++) {
             long c = i / panels, p = i % panels, m0 = c * MC, n0 = p * NR;
             long rows = M - m0 < MC ? M - m0 : MC, ncols = N - n0 < NR ? N - n0 : NR;
-            const float *wp = w + p * K * NR, *b = bias ? bias + n0 : NULL;
-            if (M == 1)
-                use.row(xs, K, wp, y + n0, b, ncols);
-            else if (packed)
-                use.packed(packed + m0 * K, rows, K, wp, y + m0 * ldy + n0, ldy, b, ncols);
-            else
-                use.rows(xs + m0 * ld, rows, K, ld, wp, y + m0 * ldy + n0, ldy, b, ncols);
+            if (gated) {
+                const float *wp = w + 2 * p * K * NR;
+                panel(xs, ld, packed, M, m0, rows, K, wp, g, NR, bias ? bias + n0 : NULL, ncols);
+                panel(xs, ld, packed, M, m0, rows, K, wp + K * NR, u, NR, bias ? bias + N + n0 : NULL, ncols);
+                use.glu(g, u, rows, y + m0 * ldy + n0, ldy, ncols);
+            } else {
+                panel(xs, ld, packed, M, m0, rows, K, w + p * K * NR, y + m0 * ldy + n0, ldy,
+                      bias ? bias + n0 : NULL, ncols);
+            }
         }
     }
 }
@@ -294,11 +349,12 @@ static PyObject *py_argmax(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
-/* linear(x, M, K, ldx, w, N, bias, y, ldy): addresses as ints (tensor.data_ptr(), 0 for no bias). */
-static PyObject *py_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
+/* linear(x, M, K, ldx, w, N, bias, y, ldy) and gated_linear(the same): addresses as ints
+ * (tensor.data_ptr(), 0 for no bias). */
+static PyObject *products(PyObject *const *args, Py_ssize_t nargs, int gated) {
     long long v[9];
-    if (read_ints(args, nargs, 9, "linear(x, M, K, ldx, w, N, bias, y, ldy)", v) < 0) return NULL;
+    if (read_ints(args, nargs, 9, gated ? "gated_linear(x, M, K, ldx, w, N, bias, y, ldy)"
+                                        : "linear(x, M, K, ldx, w, N, bias, y, ldy)", v) < 0) return NULL;
     if (v[1] < 0 || v[2] < 0 || v[5] < 0 || (v[1] > 1 && !v[0])) {
         PyErr_SetString(PyExc_ValueError, "linear(): negative size or missing input");
         return NULL;
@@ -322,11 +378,21 @@ static PyObject *py_linear(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     Py_BEGIN_ALLOW_THREADS
     linear((const float *)(intptr_t)v[0], v[1], v[2], v[3], (const float *)(intptr_t)v[4], v[5],
-           (const float *)(intptr_t)v[6], (float *)(intptr_t)v[7], v[8], copy, ldc, packed);
+           (const float *)(intptr_t)v[6], (float *)(intptr_t)v[7], v[8], copy, ldc, packed, gated);
     Py_END_ALLOW_THREADS
     free(copy);
     free(packed);
     Py_RETURN_NONE;
+}
+
+static PyObject *py_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return products(args, nargs, 0);
+}
+
+static PyObject *py_gated_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return products(args, nargs, 1);
 }
 
 static PyObject *py_isa(PyObject *self, PyObject *unused) {
@@ -337,6 +403,9 @@ static PyObject *py_isa(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"linear", (PyCFunction)(void (*)(void))py_linear, METH_FASTCALL,
      "linear(x, M, K, ldx, w, N, bias, y, ldy): y = x @ W.T + bias, W in 16-column panels (addresses as ints)."},
+    {"gated_linear", (PyCFunction)(void (*)(void))py_gated_linear, METH_FASTCALL,
+     "gated_linear(x, M, K, ldx, w, N, bias, y, ldy): y = silu(x @ G.T + bias[:N]) * (x @ U.T + bias[N:]), "
+     "G's and U's panels interleaved (addresses as ints)."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL,
      "rms_norm(x, rows, dim, ldx, weight, out, ldo, eps): RMSNorm of float32 rows (addresses as ints)."},
     {"argmax", (PyCFunction)(void (*)(void))py_argmax, METH_FASTCALL,

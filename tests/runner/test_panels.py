@@ -49,6 +49,29 @@ def test_products_match_float64_at_every_row_count(isa, out_features, in_feature
         torch.testing.assert_close(layer(x), reference(x, linear), atol=2e-5, rtol=1e-5, msg=f"{isa} rows={rows}")
 
 
+# SwiGLU's gate in the product (PanelLinear.gated): silu(gate(x)) * up(x) against float64
+@pytest.mark.parametrize("out_features, in_features, bias", [(64, 48, False), (37, 97, True), (1536, 512, False)])
+def test_gated_products_match_float64_silu_times_up(isa, out_features, in_features, bias):
+    torch.manual_seed(out_features)
+    gate, up = nn.Linear(in_features, out_features, bias=bias), nn.Linear(in_features, out_features, bias=bias)
+    layer = PanelLinear.gated(gate, up)
+    assert layer.out_features == out_features and layer.is_gated
+    for rows in (1, 5, 16, 20, 65, 130):  # one row, tiles, packed (12-32 rows), chunks
+        x = torch.randn(rows, in_features) * 4  # gates far into both tails of silu
+        want = (F.silu(reference(x, gate).double()) * reference(x, up).double()).float()
+        torch.testing.assert_close(layer(x), want, atol=2e-5, rtol=1e-5, msg=f"{isa} rows={rows}")
+
+
+def test_gated_products_at_silus_extremes(isa):
+    values = torch.tensor([-1e4, -200.0, -88.5, -87.0, -20.0, -1e-3, 0.0, 1e-3, 20.0, 88.5, 200.0, 1e4])
+    gate, up = nn.Linear(12, 12, bias=False), nn.Linear(12, 12, bias=False)
+    with torch.no_grad():
+        gate.weight.copy_(torch.eye(12))
+        up.weight.copy_(torch.eye(12))
+    got = PanelLinear.gated(gate, up)(values[None])[0]
+    torch.testing.assert_close(got, F.silu(values) * values, atol=1e-30, rtol=2e-6)
+
+
 def test_strided_batched_and_empty_inputs(isa):
     torch.manual_seed(0)
     linear = nn.Linear(40, 50)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import kernels
+from . import panels
 from .linear import fuse
 
 
@@ -47,13 +48,19 @@ class GatedMLP(nn.Module):
             setattr(self, name, nn.Linear(i, o, bias=bias))
 
     def finalize(self) -> None:
-        """gate and up read the same input: one product (see linear.py)."""
-        gate, up, _ = self.names
-        self.gate_up = fuse(getattr(self, gate), getattr(self, up))
-        delattr(self, gate)
-        delattr(self, up)
+        """gate and up read the same input: one product (see linear.py); on
+        panels the product applies the gate too (panels.PanelLinear.gated)."""
+        gate, up = getattr(self, self.names[0]), getattr(self, self.names[1])
+        self.gated = panels.serves(gate.weight.device, gate.weight.dtype)
+        self.gate_up = panels.PanelLinear.gated(gate, up) if self.gated else fuse(gate, up)
+        delattr(self, self.names[0])
+        delattr(self, self.names[1])
+
+    gated = False  # set by finalize()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            return getattr(self, self.names[2])(self.gate_up(x))
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         return getattr(self, self.names[2])(F.silu(gate) * up)
 

@@ -72,17 +72,29 @@ class PanelLayout:
 
 
 class PanelLinear(nn.Module):
-    """``F.linear`` on a weight stored as panels (CPU, float32)."""
+    """``F.linear`` on a weight stored as panels (CPU, float32); or, made by
+    ``gated``, SwiGLU's ``silu(gate(x)) * up(x)`` in one product."""
 
-    def __init__(self, in_features: int, out_features: int, panels: torch.Tensor, bias: torch.Tensor | None):
+    def __init__(self, in_features: int, out_features: int, panels: torch.Tensor, bias: torch.Tensor | None,
+                 gated: bool = False):
         super().__init__()
-        self.in_features, self.out_features = in_features, out_features
+        self.in_features, self.out_features, self.is_gated = in_features, out_features, gated
         self.panels = panels
         self.bias = None if bias is None else bias.detach().contiguous()
+        self._product = native.gated_linear if gated else native.linear
 
     @classmethod
     def of(cls, linear: nn.Linear) -> "PanelLinear":
         return cls(linear.in_features, linear.out_features, to_panels(linear.weight.detach()), linear.bias)
+
+    @classmethod
+    def gated(cls, gate: nn.Linear, up: nn.Linear) -> "PanelLinear":
+        """silu(gate(x)) * up(x): the panels of gate and up interleaved, so the
+        kernel gates each pair of tiles as it makes them (no [rows, 2 x out]
+        intermediate, no silu and multiply over it)."""
+        both = torch.stack([to_panels(gate.weight.detach()), to_panels(up.weight.detach())], 1)
+        bias = None if gate.bias is None else torch.cat([gate.bias.detach(), up.bias.detach()])
+        return cls(gate.in_features, gate.out_features, both.flatten(0, 1), bias, gated=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -92,13 +104,14 @@ class PanelLinear(nn.Module):
         rows = x2.shape[0]
         y = torch.empty(rows, self.out_features)
         if rows:
-            native.linear(x2.data_ptr(), rows, self.in_features, x2.stride(0), self.panels.data_ptr(),
+            self._product(x2.data_ptr(), rows, self.in_features, x2.stride(0), self.panels.data_ptr(),
                           self.out_features, 0 if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
                           self.out_features)
         return y.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, weight=panels of {PANEL}"
+        what = "silu(gate) * up, " if self.is_gated else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, {what}weight=panels of {PANEL}"
 
 
 class PanelEmbedding(nn.Module):
