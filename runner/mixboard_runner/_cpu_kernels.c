@@ -272,7 +272,8 @@ static void linear(const float *x, long M, long K, long ldx, const float *w, lon
 
 /* Row operations of a decode step that torch runs as several dispatched
  * operators each (measured here: F.rms_norm on CPU ~40 us a call at 16 x 512
- * through 8 operators, argmax over [16, 32000] ~360 us): one call, one pass. */
+ * through 8 operators, argmax over [16, 32000] ~360 us, the rotary embedding
+ * of q and k a gather, a flip, a multiply and an addcmul): one call, one pass. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define ROW_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -301,6 +302,18 @@ ROW_CLONES static long argmax_row(const float *x, long n) {
     for (long i = 0; i < n; i++)
         if (nan ? x[i] != x[i] : x[i] == top) return i;
     return 0;
+}
+
+/* Rotary embedding, rotate-half convention, in place on one head's first 2 * half channels: with the
+ * table's sin signed (first half negated), x_i cos_i + x_(i+half) sin_i and x_(i+half) cos_(i+half) +
+ * x_i sin_(i+half), the arithmetic of x * cos + rotate_half(x) * sin. */
+ROW_CLONES static void rotate_head(float *x, long half, const float *c, const float *s) {
+#pragma omp simd
+    for (long i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * c[i] + b * s[i];
+        x[i + half] = b * c[i + half] + a * s[i + half];
+    }
 }
 
 /* The first `want` arguments as integers (addresses and sizes), or -1 with a Python error set. */
@@ -345,6 +358,32 @@ static PyObject *py_argmax(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_BEGIN_ALLOW_THREADS
 #pragma omp parallel for schedule(static) if (rows > 1)
     for (long r = 0; r < rows; r++) out[r] = argmax_row(x + r * ldx, n);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* rotary(x, tokens, heads, ldt, ldh, dim, cos, sin, ldtab, table_rows, positions): x[t, h, :dim] (floats
+ * ldt apart per token, ldh per head) rotated in place by row positions[t] (int64) of the cos and sin tables. */
+static PyObject *py_rotary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long v[11];
+    if (read_ints(args, nargs, 11, "rotary(x, tokens, heads, ldt, ldh, dim, cos, sin, ldtab, table_rows, positions)",
+                  v) < 0)
+        return NULL;
+    float *x = (float *)(intptr_t)v[0];
+    const float *cos_t = (const float *)(intptr_t)v[6], *sin_t = (const float *)(intptr_t)v[7];
+    const int64_t *pos = (const int64_t *)(intptr_t)v[10];
+    long tokens = v[1], heads = v[2], ldt = v[3], ldh = v[4], half = v[5] / 2, ldtab = v[8], table_rows = v[9];
+    for (long t = 0; t < tokens; t++) {
+        if (pos[t] < 0 || pos[t] >= table_rows)
+            return PyErr_Format(PyExc_ValueError, "rotary(): position %lld is outside the table's %ld rows",
+                                (long long)pos[t], table_rows);
+    }
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel for schedule(static) if (tokens * heads * half > 65536)
+    for (long t = 0; t < tokens; t++)
+        for (long h = 0; h < heads; h++)
+            rotate_head(x + t * ldt + h * ldh, half, cos_t + pos[t] * ldtab, sin_t + pos[t] * ldtab);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -410,6 +449,9 @@ static PyMethodDef methods[] = {
      "rms_norm(x, rows, dim, ldx, weight, out, ldo, eps): RMSNorm of float32 rows (addresses as ints)."},
     {"argmax", (PyCFunction)(void (*)(void))py_argmax, METH_FASTCALL,
      "argmax(x, rows, n, ldx, out): first index of each float32 row's largest value into int64 out."},
+    {"rotary", (PyCFunction)(void (*)(void))py_rotary, METH_FASTCALL,
+     "rotary(x, tokens, heads, ldt, ldh, dim, cos, sin, ldtab, table_rows, positions): rotate-half rotary "
+     "embedding in place (addresses as ints)."},
     {"use_isa", py_use_isa, METH_O, "use_isa(name) -> name: the instruction set to run ('' for the best here)."},
     {"supported", py_supported, METH_NOARGS, "supported() -> the instruction sets this CPU runs, best first."},
     {"isa", py_isa, METH_NOARGS, "isa() -> the instruction set in use."},

@@ -2,9 +2,10 @@
 
 Products on panels (``models/panels.py``) and two row operations of every
 decode step, which torch runs as several dispatched operators each:
-``rms_norm`` (F.rms_norm on CPU: ~8 operators, ~40 us a call inside a step)
-and ``argmax`` (greedy sampling over [16, 32000]: ~360 us in torch, ~70 us
-here). The extension is optional (setup.py): where it is not built,
+``rms_norm`` (F.rms_norm on CPU: ~8 operators, ~40 us a call inside a step),
+``rotary`` (in place, reading the cos/sin tables by position: no gathered
+rows, no rotated copy) and ``argmax`` (greedy sampling over [16, 32000]:
+~360 us in torch, ~70 us here). The extension is optional (setup.py): where it is not built,
 ``UNAVAILABLE`` says why and the runner keeps torch's operators.
 """
 
@@ -36,6 +37,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(rows.shape)
     native.rms_norm(rows.data_ptr(), rows.shape[0], dim, rows.stride(0), weight.data_ptr(), out.data_ptr(), dim, eps)
     return out.view(x.shape)
+
+
+def rotary(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """Rotate x [T, heads, D] (float32 CPU, channels contiguous) in place on its first cos.shape[1]
+    channels, rotate-half convention, by rows ``positions`` (int64) of the tables (sin's first half
+    negated, as blocks.Rotary builds them)."""
+    positions = positions.contiguous()
+    native.rotary(x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), x.stride(1), cos.shape[1], cos.data_ptr(),
+                  sin.data_ptr(), cos.stride(0), cos.shape[0], positions.data_ptr())
 
 
 def argmax(logits: torch.Tensor) -> list[int]:

@@ -1,5 +1,6 @@
-"""The runner's row kernels (``kernels.rms_norm``, ``kernels.argmax``) against
-torch's own operators, and the runner using them where they serve."""
+"""The runner's row kernels (``kernels.rms_norm``, ``kernels.rotary``,
+``kernels.argmax``) against torch's own operators and transformers' rotary
+embedding, and the runner using them where they serve."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from mixboard_runner import kernels
-from mixboard_runner.models.blocks import RMSNorm
+from mixboard_runner.models.blocks import RMSNorm, Rotary
 from mixboard_runner.sampling import SamplingParams, sample
 
 pytestmark = pytest.mark.skipif(kernels.UNAVAILABLE is not None, reason=str(kernels.UNAVAILABLE))
@@ -39,6 +40,42 @@ def test_the_runner_norm_takes_the_kernel_after_finalize():
     norm.finalize()
     assert norm.native
     torch.testing.assert_close(norm(x), before, atol=2e-6, rtol=2e-6)
+
+
+class _Step:  # what Rotary reads of a step
+    def __init__(self, positions):
+        self.max_position, self.memo = int(positions.max()), {}
+
+
+@pytest.mark.parametrize("head_size, rotary_dim", [(64, 64), (128, 128), (64, 32), (24, 24)])
+def test_rotary_in_place_matches_transformers(head_size, rotary_dim):
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    torch.manual_seed(head_size + rotary_dim)
+    heads, kv_heads, theta = 4, 2, 10000.0
+    positions = torch.tensor([0, 1, 7, 300, 299, 2, 1000])
+    qkv = torch.randn(len(positions), (heads + 2 * kv_heads) * head_size)
+    qk = qkv[:, : (heads + kv_heads) * head_size].view(len(positions), heads + kv_heads, head_size)
+    v_before, qk_before = qkv[:, (heads + kv_heads) * head_size:].clone(), qk.clone()
+
+    inv_freq = 1.0 / theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    freqs = torch.outer(positions.double(), inv_freq)
+    cos, sin = torch.cat([freqs, freqs], -1).cos().float(), torch.cat([freqs, freqs], -1).sin().float()
+    q_rot, k_rot = apply_rotary_pos_emb(qk_before[:, :heads, :rotary_dim], qk_before[:, heads:, :rotary_dim],
+                                        cos, sin, unsqueeze_dim=1)
+    want = torch.cat([torch.cat([q_rot, k_rot], 1), qk_before[..., rotary_dim:]], -1)
+
+    got = Rotary(head_size, theta, rotary_dim)(qk, positions, _Step(positions))
+    assert got.data_ptr() == qk.data_ptr()  # rotated where it lies
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-6)
+    assert torch.equal(qkv[:, (heads + kv_heads) * head_size:], v_before)  # the rest of the buffer untouched
+
+
+def test_rotary_refuses_a_position_outside_its_table():
+    rotary = Rotary(64, 10000.0)
+    cos, sin = rotary._table(16, torch.device("cpu"), torch.float32)
+    with pytest.raises(ValueError, match="position 4096 is outside the table"):
+        kernels.rotary(torch.randn(1, 2, 64), torch.tensor([4096]), cos, sin)
 
 
 def test_argmax_is_torchs_with_ties_and_nans():

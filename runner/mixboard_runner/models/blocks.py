@@ -100,7 +100,12 @@ class Rotary(nn.Module):
         return memo
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
-        """x: [T, heads, D] (q, k, or both side by side) -> x rotated, a new tensor."""
+        """x: [T, heads, D] (q, k, or both side by side) -> x rotated: x itself, rotated in place, where
+        the runner's kernel serves (float32 CPU; callers pass a tensor of their own), else a new tensor."""
+        if kernels.serves(x.device, x.dtype) and x.stride(-1) == 1 and positions.dtype == torch.int64:
+            cos, sin = self._table(step.max_position + 1, x.device, x.dtype)
+            kernels.rotary(x, positions, cos, sin)
+            return x
         cos, sin = self.rows(positions, step, x)
         dim = self.rotary_dim
         if dim == x.shape[-1]:
