@@ -37,6 +37,12 @@ class TestMamba1Torch(Mamba1Conformance):
     dtypes = PORTABLE_DTYPES
 
 
+class TestMamba1Cpu(Mamba1Conformance):
+    backend = "mamba1_cpu"
+    device = "cpu"
+    dtypes = ("float32",)  # all it declares
+
+
 class TestMamba1Cuda(Mamba1Conformance):
     backend = "mamba1_cuda"
     device = "cuda"

@@ -1,0 +1,54 @@
+"""``mamba1_cpu``: ``mamba1_torch`` with each decode-only step in one C call.
+
+On a CPU in float32, a step whose rows are all decodes runs the C kernel
+(``_decode_step.c``): conv, projections and state update per sequence,
+straight from and into the state pools; prefills and mixed steps are
+``mamba1_torch``'s. This module is what listing and selection read; it
+imports neither torch nor the kernel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+
+from mixboard import Backend
+
+INSTALL_HINT = "reinstall mixboard-mamba1 where a C compiler with OpenMP (gcc) is present, to build it"
+
+
+@lru_cache(maxsize=None)
+def kernel_missing() -> bool:
+    return importlib.util.find_spec("mixboard_mamba1._decode_step") is None
+
+
+class Mamba1Cpu(Backend):
+    name = "mamba1_cpu"
+    kind = "mamba1"
+    priority = 20  # above mamba1_torch, which serves everything this does not
+    devices = ("cpu",)
+    dtypes = ("float32",)
+    api_version = 1
+    description = ("mamba1_torch with decode steps in one C call per layer (conv, projections and state update "
+                   "read and written in the state pools in place); CPU, float32")
+
+    @classmethod
+    def check(cls, spec, env):
+        reasons = []
+        if kernel_missing():
+            reasons.append(f"its compiled kernel mixboard_mamba1._decode_step is not built ({INSTALL_HINT})")
+        if spec.state_dtype not in (None, "float32"):
+            reasons.append(f"the kernel keeps the state in float32; the layer asks for state_dtype {spec.state_dtype}")
+        return reasons
+
+    @classmethod
+    def builder(cls, spec, env):
+        from .meta import build_meta
+
+        return lambda common: build_meta(common, spec.d_conv)
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .cpu_impl import Mamba1CpuImpl
+
+        return Mamba1CpuImpl(spec)

@@ -1,0 +1,60 @@
+"""The ``mamba1_cpu`` impl: ``mamba1_torch``'s, with a step of decodes only
+run by the C kernel (``_decode_step.c``) in one call."""
+
+from __future__ import annotations
+
+import torch
+
+from .meta import as_meta
+from .scan import LOG2E
+from .torch_impl import Mamba1TorchImpl
+
+from . import _decode_step  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
+
+
+class Mamba1CpuImpl(Mamba1TorchImpl):
+    _prepared: tuple[object, tuple[torch.Tensor, ...]] | None = None
+
+    def forward(self, x, z, weights, state, meta):
+        spec, layer = self.spec, self.layer_name
+        meta = as_meta(layer, meta, spec.d_conv)
+        conv, ssm = state.get("conv"), state.get("ssm")
+        if not (meta.all_decodes and x.dtype == torch.float32 and isinstance(conv, torch.Tensor)
+                and isinstance(ssm, torch.Tensor) and conv.is_contiguous() and ssm.is_contiguous()):
+            return super().forward(x, z, weights, state, meta)
+        self.check(layer, x, z, weights, state, meta)
+        conv_w, conv_b, xproj_t, dt_p, dt_b, A2, skip = self._weights(weights)
+        x, z = _rows(x), _rows(z)
+        n, D = x.shape
+        y = torch.empty(n, D)
+        if n:
+            slots = meta.decode_slots.contiguous()
+            _decode_step.step(x.data_ptr(), x.stride(0), z.data_ptr(), z.stride(0), n, D, spec.d_state, spec.dt_rank,
+                              spec.d_conv, conv_w.data_ptr(), 0 if conv_b is None else conv_b.data_ptr(),
+                              xproj_t.data_ptr(), dt_p.data_ptr(), dt_b.data_ptr(), A2.data_ptr(), skip.data_ptr(),
+                              conv.data_ptr(), ssm.data_ptr(), slots.data_ptr(), y.data_ptr(), y.stride(0))
+        return y
+
+    def _weights(self, weights):
+        """The layouts the kernel reads, made once per weights record (frozen, so they cannot go stale)."""
+        if self._prepared is None or self._prepared[0] is not weights:
+            def f32(t):
+                return None if t is None else t.detach().float().contiguous()
+
+            self._prepared = (weights, (
+                f32(weights.conv_weight), f32(weights.conv_bias), f32(weights.x_proj_weight.t()),
+                _panels(f32(weights.dt_proj_weight)), f32(weights.dt_proj_bias), f32(weights.A.float() * LOG2E),
+                f32(weights.D)))
+        return self._prepared[1]
+
+
+def _panels(w: torch.Tensor) -> torch.Tensor:
+    """[D, R] -> [ceil(D / 16), R, 16], zero-padded: the kernel reads 16 channels' weights for one r at once."""
+    d, r = w.shape
+    padded = torch.zeros(-(-d // 16) * 16, r)
+    padded[:d] = w
+    return padded.view(-1, 16, r).transpose(1, 2).contiguous()
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()

@@ -1,0 +1,112 @@
+"""The ``mamba1_cpu`` backend (decode steps in a C kernel over the state pools)
+against the core oracle, on what the conformance kit's short cases do not
+reach: long runs of decodes over slots that are not consecutive, Mamba's
+d_state 16 (the kernel's fast path) and sizes off its 16-lane blocks, conv
+widths 2 to 5, with and without conv bias, one and two threads, extreme
+decays and gates; mixed steps through mamba1_torch; and how it is listed
+where it cannot serve."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mixboard import CommonBatchMetadata, Mamba1Spec, simulate
+from mixboard.ops.checks import BackendInputError, build_impl
+from mixboard.selection import reasons_against
+from mixboard.testing import Mamba1Oracle
+from mixboard_mamba1.cpu_backend import Mamba1Cpu, kernel_missing
+from test_mamba1_torch import clone, pools, random_weights
+
+pytestmark = pytest.mark.skipif(kernel_missing(), reason="mixboard_mamba1._decode_step is not built")
+
+CPU = simulate("cpu")
+SPECS = {
+    "mamba_16": Mamba1Spec(d_inner=96, d_state=16, d_conv=4, dt_rank=6),  # the fast path, 1.5 blocks of 64
+    "odd_sizes": Mamba1Spec(d_inner=37, d_state=5, d_conv=3, dt_rank=3),
+    "wide_state": Mamba1Spec(d_inner=48, d_state=40, d_conv=2, dt_rank=17, conv_bias=False),
+    "conv_5": Mamba1Spec(d_inner=32, d_state=16, d_conv=5, dt_rank=1),
+}
+SLOTS = [9, 2, 5, 0, 7]  # not consecutive, not in order
+
+
+def decode_run(spec, impl, steps, seed=4, scale=1.0):
+    """Prefill each sequence through the oracle, then ``steps`` decode steps of all of them through ``impl``."""
+    weights, state = random_weights(spec, seed), pools(spec)
+    g = torch.Generator().manual_seed(seed + 1)
+    n = len(SLOTS)
+    prefill = CommonBatchMetadata.build([3] * n, [0] * n, SLOTS, [[] for _ in SLOTS], block_size=16)
+    x = torch.randn(3 * n, spec.d_inner, generator=g)
+    Mamba1Oracle(spec).forward(x, x, weights, state, prefill)
+    outs = []
+    for t in range(steps):
+        meta = CommonBatchMetadata.build([1] * n, [3 + t] * n, SLOTS, [[] for _ in SLOTS], block_size=16)
+        x = torch.randn(n, spec.d_inner, generator=g) * scale
+        z = torch.randn(n, spec.d_inner, generator=g) * scale
+        outs.append(impl.forward(x, z, weights, state, meta))
+    return torch.stack(outs), state
+
+
+@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_long_decode_runs_match_the_oracle(name, threads):
+    spec = SPECS[name]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got, state = decode_run(spec, build_impl(Mamba1Cpu, spec, CPU, "layer"), steps=12)
+    finally:
+        torch.set_num_threads(before)
+    want, want_state = decode_run(spec, Mamba1Oracle(spec), steps=12)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    for key in state:
+        torch.testing.assert_close(state[key], want_state[key], atol=2e-5, rtol=2e-5)
+
+
+def test_extreme_inputs_saturate_as_the_oracle_does():
+    """Large inputs push dt through softplus's linear branch, decays to 0 and gates into silu's tails."""
+    spec = SPECS["mamba_16"]
+    got, state = decode_run(spec, build_impl(Mamba1Cpu, spec, CPU, "layer"), steps=4, scale=30.0)
+    want, want_state = decode_run(spec, Mamba1Oracle(spec), steps=4, scale=30.0)
+    assert torch.isfinite(got).all()
+    # outputs reach ~1e7 here: float32 sums taken in another order differ by a few 1e-5 relative
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=2e-4)
+    for key in state:
+        torch.testing.assert_close(state[key], want_state[key], atol=1e-4, rtol=2e-4)
+
+
+def test_a_step_with_a_prefill_is_mamba1_torchs_and_leaves_other_slots_alone():
+    spec = SPECS["odd_sizes"]
+    weights, state = random_weights(spec, 7), pools(spec)
+    meta = CommonBatchMetadata.build([1, 1, 6], [4, 9, 0], [3, 1, 8], [[], [], []], block_size=16)
+    g = torch.Generator().manual_seed(8)
+    x, z = torch.randn(8, spec.d_inner, generator=g), torch.randn(8, spec.d_inner, generator=g)
+    expected_state = clone(state)
+    want = Mamba1Oracle(spec).forward(x, z, weights, expected_state, meta)
+    got = build_impl(Mamba1Cpu, spec, CPU, "layer").forward(x, z, weights, state, meta)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    for key in state:
+        torch.testing.assert_close(state[key], expected_state[key], atol=2e-5, rtol=2e-5)
+
+
+def test_bad_slots_are_refused_before_the_kernel_runs():
+    spec = SPECS["mamba_16"]
+    weights, state = random_weights(spec), pools(spec)
+    x = torch.randn(2, spec.d_inner)
+    impl = build_impl(Mamba1Cpu, spec, CPU, "model.layers.3.mixer")
+    outside = CommonBatchMetadata.build([1, 1], [2, 2], [1, 99], [[], []], block_size=16)
+    with pytest.raises(BackendInputError, match="model.layers.3.mixer"):
+        impl.forward(x, x, weights, state, outside)
+    twice = CommonBatchMetadata.build([1, 1], [2, 2], [4, 4], [[], []], block_size=16)
+    with pytest.raises(BackendInputError, match="slot 4 is given twice"):
+        impl.forward(x, x, weights, state, twice)
+
+
+def test_listed_with_reasons_where_it_cannot_serve():
+    spec = SPECS["mamba_16"]
+    assert reasons_against(Mamba1Cpu, spec, CPU) == ()
+    bf16_state = Mamba1Spec(d_inner=96, d_state=16, d_conv=4, dt_rank=6, state_dtype="bfloat16")
+    assert any("state_dtype bfloat16" in r for r in reasons_against(Mamba1Cpu, bf16_state, CPU))
+    half = Mamba1Spec(d_inner=96, d_state=16, d_conv=4, dt_rank=6, dtype="bfloat16")
+    assert reasons_against(Mamba1Cpu, half, CPU)  # float32 only
+    assert any("cpu" in r for r in reasons_against(Mamba1Cpu, spec, simulate("cuda", "9.0")))
