@@ -54,6 +54,12 @@ class TestMamba2Torch(Mamba2Conformance):
     dtypes = PORTABLE_DTYPES
 
 
+class TestMamba2Cpu(Mamba2Conformance):
+    backend = "mamba2_cpu"
+    device = "cpu"
+    dtypes = ("float32",)  # all it declares
+
+
 class TestMamba2Triton(Mamba2Conformance):
     backend = "mamba2_triton"
     device = "cuda"

@@ -33,7 +33,7 @@ def run(args: list[str], extra_path: Path | None = None) -> subprocess.Completed
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
 
 
-def test_the_entry_point_registers_both_backends_from_the_distribution():
+def test_the_entry_point_registers_its_three_backends_from_the_distribution():
     from mixboard.plugins import load
 
     eps = [ep for ep in metadata.entry_points(group="mixboard") if ep.name == "mamba2"]
@@ -42,7 +42,7 @@ def test_the_entry_point_registers_both_backends_from_the_distribution():
     (record,) = loaded.plugins
     assert (record.name, record.distribution, record.version, record.status) == (
         "mamba2", "mixboard-mamba2", "0.1.0", "ok")
-    assert sorted(record.backends) == ["mamba2_torch", "mamba2_triton"]
+    assert sorted(record.backends) == ["mamba2_cpu", "mamba2_torch", "mamba2_triton"]
     assert {loaded.backends[n].cls.kind for n in record.backends} == {"mamba2"}
 
 

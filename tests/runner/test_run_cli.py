@@ -36,11 +36,13 @@ def test_run_demo_by_default_json_contract():
     kinds = {layer["kind"] for layer in data["plan"]["layers"]}
     assert kinds == {"attention", "mamba1", "mamba2", "short_conv"}
     from mixboard_mamba1.cpu_backend import kernel_missing as mamba1_kernel_missing
+    from mixboard_mamba2.cpu_backend import kernel_missing as mamba2_kernel_missing
     from mixboard_sdpa.cpu_backend import kernel_missing as sdpa_kernel_missing
     # the C backends win on CPU where their kernels are built
     attention = "sdpa" if sdpa_kernel_missing() else "sdpa_cpu"
     mamba1 = "mamba1_torch" if mamba1_kernel_missing() else "mamba1_cpu"
-    assert {g["backend"] for g in data["plan"]["groups"]} == {attention, mamba1, "mamba2_torch", "short_conv_torch"}
+    mamba2 = "mamba2_torch" if mamba2_kernel_missing() else "mamba2_cpu"
+    assert {g["backend"] for g in data["plan"]["groups"]} == {attention, mamba1, mamba2, "short_conv_torch"}
     (output,) = data["outputs"]
     assert len(output["output_ids"]) == 4 and isinstance(output["text"], str)
     assert {"prefill_tokens", "decode_tokens", "prefill_tokens_per_s", "decode_tokens_per_s", "wall_s"} <= set(data["stats"])

@@ -61,14 +61,21 @@ class Mamba2TorchImpl(Mamba2Impl):
             if nd:
                 y[:nd] = ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x[:nd], dts[:nd], A, B[:nd],
                                      C[:nd])
-        for run in prefill_runs(step.prefills, 2 * H * spec.chunk_size * 4):
+        if step.prefills:
+            self._prefills(step, x, dts, A, B, C, ssm_pool, y)
+        y.addcmul_(weights.D.float().view(1, H, 1), x)
+        return gated_rmsnorm(y.view(T, DI), z, weights.norm_weight, DI // G, spec.norm_eps, xBC.dtype)
+
+    def _prefills(self, step, x, dts, A, B, C, ssm_pool, y) -> None:
+        """The step's prefills into y (without the D skip), their final states into their slots: the
+        chunked SSD scan of ssd.py, sequences of one length batched; ``mamba2_cpu`` overrides it."""
+        H, chunk = self.spec.num_heads, self.spec.chunk_size
+        for run in prefill_runs(step.prefills, 2 * H * chunk * 4):
             s = slice(run[0].start, run[-1].end)
             initial = None
             if any(p.continues for p in run):
                 initial = torch.stack([ssm_pool[p.slot].float() if p.continues else ssm_pool.new_zeros(
                     ssm_pool.shape[1:], dtype=torch.float32) for p in run])
-            y[s], finals = ssd_prefill_batch(x[s], dts[s], A, B[s], C[s], len(run), spec.chunk_size, initial)
+            y[s], finals = ssd_prefill_batch(x[s], dts[s], A, B[s], C[s], len(run), chunk, initial)
             for p, final in zip(run, finals):
                 ssm_pool[p.slot] = final.to(ssm_pool.dtype)
-        y.addcmul_(weights.D.float().view(1, H, 1), x)
-        return gated_rmsnorm(y.view(T, DI), z, weights.norm_weight, DI // G, spec.norm_eps, xBC.dtype)

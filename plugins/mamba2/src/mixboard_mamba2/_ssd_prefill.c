@@ -1,0 +1,295 @@
+/* Mamba-2's SSD scan over a step's prefills, in chunks that stay in cache
+ * (backend ``mamba2_cpu``).
+ *
+ * Per sequence and head h (group g), for tokens t with log-decay
+ * dA_t = dt_t A_h (<= 0), the recurrence of ssd.py:
+ *
+ *     h_t = exp(dA_t) h_(t-1) + dt_t x_t (outer) B_t,   y_t = h_t C_t
+ *
+ * in chunks of Q tokens, as ssd.py's "attention-like" dual: within a chunk
+ *
+ *     y_i = sum_(j <= i) exp(cum_i - cum_j) (C_i . B_j) dt_j x_j + exp(cum_i) h_start C_i
+ *
+ * (cum: the chunk's running sum of dA), then the chunk's end state is passed
+ * on. ssd.py materializes these products for every head and chunk at once
+ * ([heads, chunks, Q, Q] tensors, tens of MB, several passes over each);
+ * here one (sequence, head) runs its chunks one after another with every
+ * operand in L1/L2 (Q = 64: a chunk's scores are 16 KB).
+ *
+ * Precision: cum is summed in double, so exp(cum_i - cum_j) is exact to
+ * float32 even where a long run of strong decays makes cum large (the
+ * difference of two float32 prefix sums would lose the digits that matter);
+ * every exponent is <= 0. The rest is float32, sixteen lanes at a time
+ * (GCC's vector extension; target_clones picks the instruction set).
+ *
+ * Two phases in one OpenMP region: C_i . B_j for every (sequence, group,
+ * chunk), shared by the group's heads; then the scan per (sequence, head).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
+typedef float vec __attribute__((vector_size(64)));
+typedef int ivec __attribute__((vector_size(64)));
+#define LANES 16
+#define Q 64  /* tokens per chunk */
+
+INLINE vec load(const float *p) { vec v; memcpy(&v, p, sizeof v); return v; }
+INLINE void put(float *p, vec v) { memcpy(p, &v, sizeof v); }
+INLINE vec splat(float x) { return (vec){0} + x; }
+INLINE vec pick(ivec mask, vec a, vec b) { return (vec)(((ivec)a & mask) | ((ivec)b & ~mask)); }
+
+/* The first count (<= LANES) floats at p, zeros after them; and the converse store. */
+INLINE vec load_n(const float *p, long count) {
+    if (count >= LANES) return load(p);
+    float t[LANES] = {0};
+    memcpy(t, p, count * sizeof(float));
+    return load(t);
+}
+
+INLINE void put_n(float *p, vec v, long count) {
+    if (count >= LANES) {
+        put(p, v);
+    } else {
+        float t[LANES];
+        put(t, v);
+        memcpy(p, t, count * sizeof(float));
+    }
+}
+
+/* e^x for x <= 0, clamped at -87 (2^n stays a normal float; the result is then ~1e-38, never a
+ * denormal): 2^(x log2 e) = 2^n 2^f, n the nearest integer, 2^f by its Taylor series to the 7th
+ * power (relative error < 1e-8 before rounding). */
+INLINE vec exp_nonpositive(vec x) {
+    x = pick(x < -87.0f, splat(-87.0f), x);
+    const vec y = x * 1.44269504088896341f;
+    const vec n = (y + 12582912.0f) - 12582912.0f;  /* 1.5 * 2^23: rounds to the nearest integer */
+    const vec f = (y - n) * 0.693147180559945309f;
+    const vec e = 1.0f + f * (1.0f + f * (0.5f + f * (1.0f / 6 + f * (1.0f / 24 + f * (1.0f / 120 + f * (1.0f / 720
+                  + f * (1.0f / 5040)))))));
+    return e * (vec)((__builtin_convertvector(n, ivec) + 127) << 23);
+}
+
+typedef struct {
+    const float *x;   /* x[t, h, p] at x + t * ldx + h * P + p */
+    const float *B;   /* B[t, g, n] at B + t * ldbc + g * N + n */
+    const float *C;   /* C[t, g, n] at C + t * ldbc + g * N + n */
+    const float *dt;  /* dt[t, h] at dt + t * lddt + h (softplus'ed, clamped) */
+    const float *A;   /* [H] */
+    long ldx, ldbc, lddt, H, P, G, N;
+    float *ssm;       /* state pool [S, H, P, N] */
+    float *y;         /* y[t, h, p] at y + t * ldy + h * P + p */
+    long ldy;
+    const int64_t *runs;  /* [nruns, 4]: first token, end token, slot, continues (start from the slot's state) */
+    long nruns;
+    float *cb;            /* [sum over runs of G * chunks][Q][Q]: C_i . B_j (phase 1) */
+    const long *cb_first; /* each run's first block in cb */
+} ssd_args;
+
+/* C_i . B_j for i, j < q of one chunk of one group, j <= i (the rest is never read). */
+CLONES static void chunk_scores(const ssd_args *a, long t0, long q, long g, float *out) {
+    const long N = a->N;
+    float bt[Q * LANES];  /* B transposed, LANES states at a time: [n][j] */
+    vec acc[Q][Q / LANES];
+    memset(acc, 0, sizeof acc);
+    for (long n0 = 0; n0 < N; n0 += LANES) {
+        const long cn = N - n0 < LANES ? N - n0 : LANES;
+        for (long j = 0; j < Q; j++)
+            for (long n = 0; n < LANES; n++)
+                bt[n * Q + j] = j < q && n < cn ? a->B[(t0 + j) * a->ldbc + g * N + n0 + n] : 0.0f;
+        for (long i = 0; i < q; i++) {
+            const float *ci = a->C + (t0 + i) * a->ldbc + g * N + n0;
+            for (long n = 0; n < cn; n++)
+                for (long jv = 0; jv <= i / LANES; jv++) acc[i][jv] += ci[n] * load(bt + n * Q + jv * LANES);
+        }
+    }
+    for (long i = 0; i < q; i++)
+        for (long jv = 0; jv <= i / LANES; jv++) put(out + i * Q + jv * LANES, acc[i][jv]);
+}
+
+/* One (run, head): its chunks in order, the state carried from one to the next.
+ * Work space: xdt [Q][P], scores [Q][Q], hT [N][P] (the state transposed, so that both
+ * h_start C_i and the update run along p), C [Q][N] and the weighted B [N][Q] of the chunk.
+ * The products take four rows (or four states) at a time: four independent sums, so the
+ * additions' latency does not bound them. */
+CLONES static void scan_head(const ssd_args *a, long r, long h, float *work) {
+    const long P = a->P, N = a->N, g = h / (a->H / a->G);
+    const long first = a->runs[4 * r], end = a->runs[4 * r + 1], slot = a->runs[4 * r + 2];
+    const int continues = a->runs[4 * r + 3] != 0;
+    float *xdt = work, *s = xdt + Q * P, *hT = s + Q * Q, *cq = hT + N * P, *wb = cq + Q * N;
+    float *h0 = a->ssm + (slot * a->H + h) * P * N;
+    for (long n = 0; n < N; n++)
+        for (long p = 0; p < P; p++) hT[n * P + p] = continues ? h0[p * N + n] : 0.0f;
+    const float A = a->A[h];
+    const float *cb = a->cb + a->cb_first[r] * Q * Q;
+    for (long t0 = first, c = 0; t0 < end; t0 += Q, c++) {
+        const long q = end - t0 < Q ? end - t0 : Q;
+        const float *scores = cb + (g * ((end - first + Q - 1) / Q) + c) * Q * Q;
+        double cum[Q];
+        float decay[Q], to_end[Q];
+        double run = 0.0;
+        /* rows past q stay zero: the four-row blocks below then need no edge cases */
+        memset(xdt, 0, Q * P * sizeof(float));
+        memset(s, 0, Q * Q * sizeof(float));
+        memset(cq, 0, Q * N * sizeof(float));
+        for (long i = 0; i < q; i++) {
+            const float dt = a->dt[(t0 + i) * a->lddt + h];
+            run += (double)(dt * A);
+            cum[i] = run;
+            const float *xi = a->x + (t0 + i) * a->ldx + h * P;
+            for (long p = 0; p < P; p++) xdt[i * P + p] = xi[p] * dt;
+            memcpy(cq + i * N, a->C + (t0 + i) * a->ldbc + g * N, N * sizeof(float));
+        }
+        for (long i = 0; i < q; i++) {
+            decay[i] = expf((float)cum[i]);                /* chunk start -> i */
+            to_end[i] = expf((float)(cum[q - 1] - cum[i])); /* i -> chunk end */
+        }
+        for (long n = 0; n < N; n++)
+            for (long j = 0; j < Q; j++) wb[n * Q + j] = j < q ? to_end[j] * a->B[(t0 + j) * a->ldbc + g * N + n] : 0.0f;
+        /* scores: (C_i . B_j) exp(cum_i - cum_j) for j <= i, zero above the diagonal */
+        for (long i = 0; i < q; i++) {
+            for (long j0 = 0; j0 <= i; j0 += LANES) {
+                float diff[LANES];
+                for (long k = 0; k < LANES; k++) diff[k] = j0 + k <= i ? (float)(cum[i] - cum[j0 + k]) : -INFINITY;
+                const vec e = exp_nonpositive(load(diff));
+                const ivec live = load(diff) > -INFINITY;
+                put(s + i * Q + j0, pick(live, load(scores + i * Q + j0) * e, splat(0.0f)));
+            }
+        }
+        /* y_i = sum_j scores_ij xdt_j + decay_i (h_start C_i), four rows and sixteen channels at a time */
+        for (long p0 = 0; p0 < P; p0 += LANES) {
+            const long cp = P - p0 < LANES ? P - p0 : LANES;
+            for (long i = 0; i < q; i += 4) {
+                vec acc[4] = {{0}}, from_start[4] = {{0}};
+                const long last = i + 3 < q ? i + 3 : q - 1;
+                for (long j = 0; j <= last; j++) {
+                    const vec xj = load_n(xdt + j * P + p0, cp);
+                    for (int k = 0; k < 4; k++) acc[k] += s[(i + k) * Q + j] * xj;
+                }
+                for (long n = 0; n < N; n++) {
+                    const vec hn = load_n(hT + n * P + p0, cp);
+                    for (int k = 0; k < 4; k++) from_start[k] += cq[(i + k) * N + n] * hn;
+                }
+                for (long k = 0; k < 4 && i + k < q; k++)
+                    put_n(a->y + (t0 + i + k) * a->ldy + h * P + p0, acc[k] + decay[i + k] * from_start[k], cp);
+            }
+        }
+        /* the end state: exp(cum_end) h_start + sum_j exp(cum_end - cum_j) B_j (outer) xdt_j, four states at a time */
+        const float whole = decay[q - 1];
+        for (long p0 = 0; p0 < P; p0 += LANES) {
+            const long cp = P - p0 < LANES ? P - p0 : LANES;
+            for (long n = 0; n < N; n += 4) {
+                const long rows = N - n < 4 ? N - n : 4;
+                vec acc[4] = {{0}};
+                for (long k = 0; k < rows; k++) acc[k] = load_n(hT + (n + k) * P + p0, cp) * whole;
+                for (long j = 0; j < q; j++) {
+                    const vec xj = load_n(xdt + j * P + p0, cp);
+                    for (long k = 0; k < 4; k++) acc[k] += (n + k < N ? wb[(n + k) * Q + j] : 0.0f) * xj;
+                }
+                for (long k = 0; k < rows; k++) put_n(hT + (n + k) * P + p0, acc[k], cp);
+            }
+        }
+    }
+    for (long p = 0; p < P; p++)
+        for (long n = 0; n < N; n++) h0[p * N + n] = hT[n * P + p];
+}
+
+static int scan(const ssd_args *a, long blocks) {
+    long *chunk_of = malloc((size_t)(blocks + 1) * 3 * sizeof(long));  /* per cb block: run, group, chunk */
+    if (!chunk_of) return -1;
+    long k = 0;
+    for (long r = 0; r < a->nruns; r++) {
+        const long chunks = (a->runs[4 * r + 1] - a->runs[4 * r] + Q - 1) / Q;
+        for (long g = 0; g < a->G; g++)
+            for (long c = 0; c < chunks; c++, k++) chunk_of[3 * k] = r, chunk_of[3 * k + 1] = g, chunk_of[3 * k + 2] = c;
+    }
+    const long work = a->nruns * a->H, per_item = Q * a->P + Q * Q + a->N * a->P + 2 * Q * a->N + LANES;
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *space = malloc((size_t)per_item * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (long b = 0; b < blocks; b++) {
+            const long r = chunk_of[3 * b], g = chunk_of[3 * b + 1], c = chunk_of[3 * b + 2];
+            const long t0 = a->runs[4 * r] + c * Q, end = a->runs[4 * r + 1];
+            chunk_scores(a, t0, end - t0 < Q ? end - t0 : Q, g, a->cb + b * Q * Q);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (long w = 0; w < work; w++) {
+            if (space) scan_head(a, w / a->H, w % a->H, space);
+        }
+        if (!space) {
+#pragma omp atomic write
+            failed = 1;
+        }
+        free(space);
+    }
+    free(chunk_of);
+    return failed ? -1 : 0;
+}
+
+/* prefill(x, ldx, B, C, ldbc, dt, lddt, A, H, P, G, N, ssm, y, ldy, runs, nruns): addresses as ints
+ * (tensor.data_ptr()); the impl has checked shapes, dtypes, contiguity and slots before it calls. */
+static PyObject *py_prefill(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long v[17];
+    if (nargs != 17) {
+        PyErr_SetString(PyExc_TypeError, "prefill() takes 17 arguments");
+        return NULL;
+    }
+    for (int i = 0; i < 17; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    ssd_args a = {
+        .x = (const float *)(intptr_t)v[0], .ldx = v[1], .B = (const float *)(intptr_t)v[2],
+        .C = (const float *)(intptr_t)v[3], .ldbc = v[4], .dt = (const float *)(intptr_t)v[5], .lddt = v[6],
+        .A = (const float *)(intptr_t)v[7], .H = v[8], .P = v[9], .G = v[10], .N = v[11],
+        .ssm = (float *)(intptr_t)v[12], .y = (float *)(intptr_t)v[13], .ldy = v[14],
+        .runs = (const int64_t *)(intptr_t)v[15], .nruns = v[16],
+    };
+    if (a.H <= 0 || a.P <= 0 || a.G <= 0 || a.N <= 0 || a.H % a.G || a.nruns < 0) {
+        PyErr_SetString(PyExc_ValueError, "prefill(): sizes out of range");
+        return NULL;
+    }
+    long blocks = 0;
+    long *first = malloc((size_t)(a.nruns + 1) * sizeof(long));
+    if (!first) return PyErr_NoMemory();
+    for (long r = 0; r < a.nruns; r++) {
+        first[r] = blocks;
+        blocks += a.G * ((a.runs[4 * r + 1] - a.runs[4 * r] + Q - 1) / Q);
+    }
+    a.cb_first = first;
+    a.cb = malloc((size_t)(blocks + 1) * Q * Q * sizeof(float));
+    int status = a.cb ? 0 : -1;
+    if (a.cb) {
+        Py_BEGIN_ALLOW_THREADS
+        status = scan(&a, blocks);
+        Py_END_ALLOW_THREADS
+    }
+    free(a.cb);
+    free(first);
+    if (status) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"prefill", (PyCFunction)(void (*)(void))py_prefill, METH_FASTCALL,
+     "prefill(x, ldx, B, C, ldbc, dt, lddt, A, H, P, G, N, ssm, y, ldy, runs, nruns): the SSD scan of a step's "
+     "prefills, y and the final states written in place (addresses as ints)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ssd_prefill", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__ssd_prefill(void) { return PyModule_Create(&module); }

@@ -1,0 +1,119 @@
+"""The ``mamba2_cpu`` backend (the prefills' SSD scan in a C kernel) against
+the core oracle and transformers' Mamba2Mixer, on what the conformance kit's
+short cases do not reach: prefills of several of the kernel's 64-token
+chunks and partial last chunks, continuing from saved state, strong decays
+over long sequences, groups, head and state sizes off its 16-lane vectors,
+one and two threads; and how it is listed where it cannot serve."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mixboard import Mamba2Spec, simulate
+from mixboard.selection import reasons_against
+from mixboard_mamba2.cpu_backend import Mamba2Cpu, kernel_missing
+from test_mamba2_torch import Ours, assert_close, hf_mixer
+
+sys.path.insert(0, str(Path(__file__).parent / "doubles" / "mamba2"))
+from mamba2_cases import OracleRunner, Runner, fresh_state, random_inputs, random_weights, small_spec  # noqa: E402
+
+pytestmark = pytest.mark.skipif(kernel_missing(), reason="mixboard_mamba2._ssd_prefill is not built")
+
+SPECS = {
+    "groups": small_spec(n_groups=2, chunk_size=16),
+    "sizes_off_lanes": small_spec(num_heads=3, head_dim=20, d_state=5, n_groups=1),
+    "wide": small_spec(num_heads=2, head_dim=64, d_state=64, n_groups=1, chunk_size=128),
+}
+
+
+def against_oracle(spec, query, context, slots, seed=0, weights=None):
+    """Both pools start from the same random saved states; outputs and every record must agree."""
+    weights = weights or random_weights(spec, seed=seed)
+    inputs = random_inputs(spec, sum(query), seed=seed + 1)
+    ours, theirs = fresh_state(spec, 12), fresh_state(spec, 12)
+    for name, pool in ours.items():
+        pool.normal_()
+        theirs[name].copy_(pool)
+    got = Runner(Mamba2Cpu, spec, weights)(inputs, ours, query, context, slots)
+    want = OracleRunner(spec, weights)(inputs, theirs, query, context, slots)
+    return got, want, ours, theirs
+
+
+@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ragged_prefills_match_the_oracle(name, threads):
+    # decodes first, then fresh and continuing prefills: 1 token, chunk edges (64, 65, 128), several chunks
+    query, context, slots = [1, 1, 1, 64, 65, 200, 3, 128], [4, 9, 2, 0, 30, 0, 7, 0], [5, 1, 11, 0, 7, 3, 9, 2]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got, want, ours, theirs = against_oracle(SPECS[name], query, context, slots)
+    finally:
+        torch.set_num_threads(before)
+    assert_close(got, want, atol=2e-5, rtol=0)
+    for pool in ours:
+        assert_close(ours[pool], theirs[pool], atol=2e-5, rtol=0)
+
+
+def test_random_batches_match_the_oracle():
+    rng = random.Random(3)
+    spec = SPECS["groups"]
+    for trial in range(5):
+        n = rng.randint(1, 6)
+        nd = rng.randint(0, n - 1)
+        query = [1] * nd + [rng.randint(2, 150) for _ in range(n - nd)]
+        context = [rng.randint(1, 50) for _ in range(nd)] + [rng.choice([0, rng.randint(1, 50)]) for _ in query[nd:]]
+        got, want, ours, theirs = against_oracle(spec, query, context, rng.sample(range(12), n), seed=trial)
+        assert_close(got, want, atol=2e-5, rtol=0)
+        for pool in ours:
+            assert_close(ours[pool], theirs[pool], atol=2e-5, rtol=0)
+
+
+def test_strong_decays_over_long_sequences_stay_exact():
+    """Large per-token decays summed over many tokens: exp(cum_i - cum_j) must not lose precision.
+    Outputs reach ~14 here: the chunked scans (this one and mamba2_torch's) are both 2.3e-5 from the
+    token-by-token oracle, and 2e-6 from each other."""
+    from mixboard_mamba2.torch_backend import Mamba2Torch
+
+    spec = SPECS["wide"]
+    weights = random_weights(spec, seed=3)
+    weights = weights.replace(A=weights.A * 8)
+    inputs = random_inputs(spec, 300, seed=1)
+    outs, states = [], []
+    for runner in (Runner(Mamba2Cpu, spec, weights), Runner(Mamba2Torch, spec, weights), OracleRunner(spec, weights)):
+        state = fresh_state(spec, 2, fill=0.0)
+        outs.append(runner(inputs, state, [300], [0], [1]))
+        states.append(state["ssm"])
+    got, chunked, exact = outs
+    assert_close(got, chunked, atol=1e-5, rtol=0)
+    assert_close(got, exact, atol=5e-5, rtol=0)
+    assert_close(states[0], states[2], atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("n_groups", [1, 2])
+@torch.no_grad()
+def test_prefills_match_transformers_mamba2_mixer(n_groups):
+    m = hf_mixer(n_groups, chunk_size=64, seed=2)
+    lengths = [150, 64, 37, 1]
+    torch.manual_seed(1)
+    sequences = [torch.randn(n, 32) for n in lengths]
+    ours = Ours(m)
+    ours.run = Runner(Mamba2Cpu, ours.run.spec, ours.run.weights)
+    out = ours(torch.cat(sequences), lengths, [0] * len(lengths), [3, 0, 2, 1])
+    for seq, got in zip(sequences, out.split(lengths)):
+        assert_close(got, m(seq[None])[0])
+
+
+def test_listed_with_reasons_where_it_cannot_serve():
+    cpu = simulate("cpu")
+    spec = SPECS["groups"]
+    assert reasons_against(Mamba2Cpu, spec, cpu) == ()
+    assert any("state_dtype bfloat16" in r for r in reasons_against(Mamba2Cpu, small_spec(state_dtype="bfloat16"), cpu))
+    assert reasons_against(Mamba2Cpu, small_spec(dtype="bfloat16"), cpu)  # float32 only
+    assert any("cpu" in r for r in reasons_against(Mamba2Cpu, spec, simulate("cuda", "9.0")))
+    assert isinstance(spec, Mamba2Spec)
