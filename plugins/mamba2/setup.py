@@ -1,5 +1,5 @@
 """mixboard-mamba2's one compiled part: the SSD prefill scan of the
-``mamba2_cpu`` backend (src/mixboard_mamba2/_ssd_prefill.c). Everything else
+``mamba2_cpu`` backend (src/mixboard_mamba2/_prefill.c). Everything else
 is declared in pyproject.toml. Optional: where it does not build (no C
 compiler, no OpenMP), the distribution installs without it and ``mixboard
 backends`` lists ``mamba2_cpu`` as unavailable, saying so."""
@@ -7,8 +7,8 @@ backends`` lists ``mamba2_cpu`` as unavailable, saying so."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(
-    "mixboard_mamba2._ssd_prefill",
-    sources=["src/mixboard_mamba2/_ssd_prefill.c"],
+    "mixboard_mamba2._prefill",
+    sources=["src/mixboard_mamba2/_prefill.c"],
     extra_compile_args=["-O3", "-fopenmp", "-Wno-psabi"],
     extra_link_args=["-fopenmp"],
     optional=True,

@@ -1,10 +1,11 @@
-"""Backend ``mamba2_cpu``: ``mamba2_torch`` with the prefills' SSD scan in C.
+"""Backend ``mamba2_cpu``: ``mamba2_torch`` with its heavy passes in C.
 
-On a CPU in float32, the chunked scan of a step's prefills runs in one C
-call (``_ssd_prefill.c``): one (sequence, head) at a time, its chunks in
-cache, instead of ssd.py's [heads, chunks, Q, Q] tensors. Decodes, the conv
-and the gated norm are ``mamba2_torch``'s. Declarations only: listing and
-selection import neither torch nor the kernel.
+On a CPU in float32, three parts of a step run in one C call each
+(``_prefill.c``): the ragged causal conv, the chunked scan of the prefills
+(one (sequence, head) at a time, its chunks in cache, instead of ssd.py's
+[heads, chunks, Q, Q] tensors) and the D skip with the gated RMSNorm. The
+decodes' state update is ``mamba2_torch``'s. Declarations only: listing and
+selection import neither torch nor the kernels.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ INSTALL_HINT = "reinstall mixboard-mamba2 where a C compiler with OpenMP (gcc) i
 
 @lru_cache(maxsize=None)
 def kernel_missing() -> bool:
-    return importlib.util.find_spec("mixboard_mamba2._ssd_prefill") is None
+    return importlib.util.find_spec("mixboard_mamba2._prefill") is None
 
 
 class Mamba2Cpu(Backend):
@@ -31,14 +32,14 @@ class Mamba2Cpu(Backend):
     devices = ("cpu",)
     dtypes = ("float32",)
     api_version = 1
-    description = ("mamba2_torch with the prefills' SSD scan in C, one (sequence, head) at a time with its chunks "
-                   "in cache; CPU, float32")
+    description = ("mamba2_torch with the causal conv, the prefills' SSD scan (one sequence and head at a time, "
+                   "its chunks in cache) and the gated norm in C; CPU, float32")
 
     @classmethod
     def check(cls, spec: Mamba2Spec, env: Any):
         reasons = []
         if kernel_missing():
-            reasons.append(f"its compiled kernel mixboard_mamba2._ssd_prefill is not built ({INSTALL_HINT})")
+            reasons.append(f"its compiled kernel mixboard_mamba2._prefill is not built ({INSTALL_HINT})")
         if spec.state_dtype not in (None, "float32"):
             reasons.append(f"the kernel keeps the state in float32; the layer asks for state_dtype {spec.state_dtype}")
         return reasons

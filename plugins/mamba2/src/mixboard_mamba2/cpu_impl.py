@@ -1,5 +1,8 @@
-"""The ``mamba2_cpu`` impl: ``mamba2_torch``'s, with the prefills' SSD scan
-run by the C kernel (``_ssd_prefill.c``) in one call per step."""
+"""The ``mamba2_cpu`` impl: ``mamba2_torch``'s, with three parts in C
+(``_prefill.c``), each one call per step: the causal conv, the prefills' SSD
+scan, and the D skip with the gated RMSNorm. Decodes' state update stays
+``mamba2_torch``'s. Where an input is not what a kernel reads (another
+dtype, a non-contiguous pool), that part is ``mamba2_torch``'s."""
 
 from __future__ import annotations
 
@@ -7,10 +10,32 @@ import torch
 
 from .torch_impl import Mamba2TorchImpl
 
-from . import _ssd_prefill  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
+from . import _prefill  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
 
 
 class Mamba2CpuImpl(Mamba2TorchImpl):
+    # what the kernels read, laid out once per weights record (frozen, so it cannot go stale)
+    _conv_for: tuple[object, torch.Tensor, torch.Tensor | None] | None = None
+    _norm_for: tuple[object, torch.Tensor, torch.Tensor] | None = None
+
+    def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
+        if not (xBC.dtype == conv_pool.dtype == torch.float32 and conv_pool.is_contiguous() and xBC.stride(-1) == 1
+                and self.spec.d_conv <= 8):
+            return super()._conv(step, xBC, weights, conv_pool)
+        if self._conv_for is None or self._conv_for[0] is not weights:
+            bias = None if weights.conv_bias is None else weights.conv_bias.detach().float().contiguous()
+            self._conv_for = (weights, weights.conv_weight.detach().float().t().contiguous(), bias)
+        _, wt, bias = self._conv_for
+        common = step.common
+        seqs = torch.stack([common.query_start_loc_cpu[:-1].long(), common.query_start_loc_cpu[1:].long(),
+                            common.state_slots_cpu.long(), (common.context_lens_cpu > 0).long()], 1).contiguous()
+        T, D = xBC.shape
+        out = torch.empty(T, D)
+        _prefill.conv(xBC.data_ptr(), xBC.stride(0), D, self.spec.d_conv, wt.data_ptr(),
+                      0 if bias is None else bias.data_ptr(), conv_pool.data_ptr(), out.data_ptr(), D,
+                      seqs.data_ptr(), len(seqs))
+        return out
+
     def _prefills(self, step, x, dts, A, B, C, ssm_pool, y) -> None:
         if not (ssm_pool.dtype == torch.float32 and ssm_pool.is_contiguous() and y.is_contiguous()
                 and _rows(x) and _rows(B) and _rows(C) and _rows(dts) and B.stride(0) == C.stride(0)):
@@ -18,13 +43,28 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         spec = self.spec
         runs = torch.tensor([[p.start, p.end, p.slot, int(p.continues)] for p in step.prefills], dtype=torch.int64)
         A = A.contiguous()
-        _ssd_prefill.prefill(x.data_ptr(), x.stride(0), B.data_ptr(), C.data_ptr(), B.stride(0), dts.data_ptr(),
-                             dts.stride(0), A.data_ptr(), spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state,
-                             ssm_pool.data_ptr(), y.data_ptr(), y.stride(0), runs.data_ptr(), len(runs))
+        _prefill.ssd(x.data_ptr(), x.stride(0), B.data_ptr(), C.data_ptr(), B.stride(0), dts.data_ptr(),
+                     dts.stride(0), A.data_ptr(), spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state,
+                     ssm_pool.data_ptr(), y.data_ptr(), y.stride(0), runs.data_ptr(), len(runs))
+
+    def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
+        spec = self.spec
+        if not (dtype == z.dtype == torch.float32 and y.is_contiguous() and _rows(x) and z.stride(-1) == 1):
+            return super()._output(y, x, z, weights, dtype)
+        if self._norm_for is None or self._norm_for[0] is not weights:
+            per_channel = weights.D.detach().float().repeat_interleave(spec.head_dim).contiguous()
+            self._norm_for = (weights, per_channel, weights.norm_weight.detach().float().contiguous())
+        _, D, norm = self._norm_for
+        T, DI = y.shape[0], spec.d_inner
+        out = torch.empty(T, DI)
+        _prefill.gated_norm(y.data_ptr(), y.stride(0), x.data_ptr(), x.stride(0), D.data_ptr(), z.data_ptr(),
+                            z.stride(0), norm.data_ptr(), DI, DI // spec.n_groups, float(spec.norm_eps),
+                            out.data_ptr(), DI, T)
+        return out
 
 
 def _rows(t: torch.Tensor) -> bool:
-    """Rows at any stride, everything within a row contiguous (as the kernel reads them)."""
+    """float32, rows at any stride, everything within a row contiguous (as the kernels read them)."""
     if t.dtype != torch.float32:
         return False
     stride = 1

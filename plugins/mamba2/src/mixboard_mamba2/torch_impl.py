@@ -40,13 +40,7 @@ class Mamba2TorchImpl(Mamba2Impl):
         conv_pool, ssm_pool = self.check(self.layer_name, z, xBC, dt, weights, state, step)
         T, H, P, G, N, DI = step.num_tokens, spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state, spec.d_inner
 
-        conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
-        if step.num_decodes == T:  # decodes only: one window per sequence, no conv over a sequence
-            xbc = causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu",
-                                     slot_range=step.decode_range)
-        else:
-            xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv, activation="silu")
-        xbc = xbc.float()
+        xbc = self._conv(step, xBC, weights, conv_pool).float()
         x = xbc[:, :DI].view(T, H, P)
         B = xbc[:, DI:DI + G * N].view(T, G, N)
         C = xbc[:, DI + G * N:].view(T, G, N)
@@ -63,8 +57,23 @@ class Mamba2TorchImpl(Mamba2Impl):
                                      C[:nd])
         if step.prefills:
             self._prefills(step, x, dts, A, B, C, ssm_pool, y)
-        y.addcmul_(weights.D.float().view(1, H, 1), x)
-        return gated_rmsnorm(y.view(T, DI), z, weights.norm_weight, DI // G, spec.norm_eps, xBC.dtype)
+        return self._output(y, x, z, weights, xBC.dtype)
+
+    # The parts ``mamba2_cpu`` replaces with its C kernels where they serve.
+    def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
+        """silu(causal conv) of every token, the conv states read and written in their slots."""
+        conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
+        if step.num_decodes == step.num_tokens:  # decodes only: one window per sequence, no conv over a sequence
+            return causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu",
+                                      slot_range=step.decode_range)
+        return causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv, activation="silu")
+
+    def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
+        """The D skip, then the gated RMSNorm: [T, d_inner] in the layer's dtype."""
+        spec = self.spec
+        T, DI = y.shape[0], spec.d_inner
+        y.addcmul_(weights.D.float().view(1, spec.num_heads, 1), x)
+        return gated_rmsnorm(y.view(T, DI), z, weights.norm_weight, DI // spec.n_groups, spec.norm_eps, dtype)
 
     def _prefills(self, step, x, dts, A, B, C, ssm_pool, y) -> None:
         """The step's prefills into y (without the D skip), their final states into their slots: the
