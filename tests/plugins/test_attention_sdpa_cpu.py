@@ -1,4 +1,4 @@
-"""The ``sdpa_cpu`` backend (decodes in a C kernel over the paged cache) against
+"""The ``sdpa_cpu`` backend (decodes and causal prefills in a C kernel over the paged cache) against
 the core oracle, on what the conformance kit's short cases do not reach:
 contexts of several of the kernel's 64-key chunks, blocks shuffled through
 the pool, GQA and MQA, windows and soft-caps, one and two threads; and how
@@ -40,6 +40,22 @@ def test_long_decodes_match_the_oracle(name, threads):
         got, state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16)
     finally:
         torch.set_num_threads(before)
+    ref, ref_state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16, impl=AttentionOracle(spec),
+                                     use_builder=False)
+    assert max_error(got, ref) <= 2e-6
+    for key in state:
+        assert torch.equal(state[key], ref_state[key]), key
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_chunked_prefills_through_the_kernel_match_the_oracle(name):
+    """Prompts in chunks (each chunk's tokens see the earlier ones in the cache) beside decodes:
+    every prefill token is a row of the kernel, which the builder's metadata says how to read."""
+    spec = SPECS[name]
+    seqs = random_seqs(spec, LENGTHS, seed=11)
+    schedule = random_schedule(LENGTHS, seed=13, max_batch=4, max_chunk=70)
+    got, state, metas = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16)
+    assert any(m.prefill_rows is not None for m in metas)  # the kernel's prefill path ran
     ref, ref_state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16, impl=AttentionOracle(spec),
                                      use_builder=False)
     assert max_error(got, ref) <= 2e-6

@@ -1,9 +1,11 @@
 /* Decode attention that reads the paged K/V cache in place (backend ``sdpa_cpu``).
  *
- * For each decode row (one new token per sequence) and each query head:
- * softmax(scale * q . k) v over the sequence's keys, which sit in cache
- * blocks [num_blocks, block_size, kv_heads, head_size] named by its row of
- * the block table. The portable ``sdpa`` first gathers every block into a
+ * For each query row and each query head: softmax(scale * q . k) v over
+ * the keys its row sees, which sit in cache blocks [num_blocks, block_size,
+ * kv_heads, head_size] named by its sequence's row of the block table. A
+ * decode is one row seeing its whole sequence; a prefill's token at
+ * position t is one row seeing keys 0..t (its own just written), so causal
+ * prefills, with or without context, take the same path. The portable ``sdpa`` first gathers every block into a
  * [n, keys, kv_heads, D] copy and runs scaled_dot_product_attention with a
  * length mask; here each key and value is read once, from where it lies.
  *
@@ -39,9 +41,10 @@ typedef struct {
     long q_stride, heads, kv_heads, D;
     const float *k, *v;     /* [blocks, block_size, kv_heads, D] */
     long block_size;
-    const int32_t *table;   /* [n, table_stride] */
+    const int32_t *table;   /* [sequences, table_stride] */
     long table_stride;
-    const int32_t *seq_lens;
+    const int32_t *rows;    /* [n]: the table row of each query row; NULL: row i is table row i */
+    const int32_t *seq_lens; /* [n]: the keys query row i sees (a query at position t: t + 1) */
     float *out;             /* [n, heads, D], rows out_stride apart */
     long out_stride;
     float scale, cap;       /* cap 0: no soft-cap */
@@ -107,7 +110,7 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
                                                          const long G) {
     const long len = p->seq_lens[i], bs = p->block_size, row = p->kv_heads * D, QH = H * G, DV = D / LANES;
     const long first = p->window > 0 && len > p->window ? len - p->window : 0;
-    const int32_t *table = p->table + i * p->table_stride;
+    const int32_t *table = p->table + (p->rows ? p->rows[i] : i) * p->table_stride;
     const float *q = p->q + i * p->q_stride + h0 * G * D;
     float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HEAD], s[MAX_GROUP][KEYS];
     const float *values[KEYS];
@@ -200,17 +203,17 @@ static void attend_all(const problem *p, long n) {
 }
 
 /* decode(q, q_stride, n, heads, kv_heads, D, k, v, block_size, table, table_stride, seq_lens, out, out_stride,
- *        scale, window, cap): addresses as ints (tensor.data_ptr()); the impl has checked shapes, strides and
- *        block ids (mixboard.ops.paged.check_paged_inputs) before it calls. */
+ *        scale, window, cap, rows): addresses as ints (tensor.data_ptr(); rows 0 for none); the impl has
+ *        checked shapes, strides and block ids (mixboard.ops.paged.check_paged_inputs) before it calls. */
 static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 17) {
-        PyErr_SetString(PyExc_TypeError, "decode() takes 17 arguments");
+    if (nargs != 18) {
+        PyErr_SetString(PyExc_TypeError, "decode() takes 18 arguments");
         return NULL;
     }
-    long long v[15];
-    int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15};
-    for (int i = 0; i < 15; i++) {
+    long long v[16];
+    int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 17};
+    for (int i = 0; i < 16; i++) {
         v[i] = PyLong_AsLongLong(args[ints[i]]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
@@ -218,8 +221,8 @@ static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (PyErr_Occurred()) return NULL;
     problem p = {(const float *)(intptr_t)v[0], v[1], v[3], v[4], v[5],
                  (const float *)(intptr_t)v[6], (const float *)(intptr_t)v[7], v[8],
-                 (const int32_t *)(intptr_t)v[9], v[10], (const int32_t *)(intptr_t)v[11],
-                 (float *)(intptr_t)v[12], v[13], (float)scale, (float)cap, v[14]};
+                 (const int32_t *)(intptr_t)v[9], v[10], (const int32_t *)(intptr_t)v[15],
+                 (const int32_t *)(intptr_t)v[11], (float *)(intptr_t)v[12], v[13], (float)scale, (float)cap, v[14]};
     if (p.kv_heads <= 0 || p.heads % p.kv_heads || p.heads / p.kv_heads > MAX_GROUP || p.D <= 0 || p.D > MAX_HEAD
         || p.block_size <= 0) {
         PyErr_SetString(PyExc_ValueError, "decode(): heads, kv_heads, head size or block size out of range");
@@ -234,7 +237,7 @@ static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_FASTCALL,
      "decode(q, q_stride, n, heads, kv_heads, D, k, v, block_size, table, table_stride, seq_lens, out, out_stride, "
-     "scale, window, cap): decode attention over the paged cache (addresses as ints)."},
+     "scale, window, cap, rows): attention of query rows over the paged cache (addresses as ints)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,10 +1,10 @@
-"""``sdpa_cpu``: ``sdpa`` with decodes that read the paged cache in place.
+"""``sdpa_cpu``: ``sdpa`` with decodes and causal prefills that read the paged cache in place.
 
-On a CPU in float32 the decodes of a step are the C kernel's
-(``_paged_decode.c``): each key and value is read once from its cache block
-instead of being gathered into a copy first; prefills are ``sdpa``'s. This
-module is what listing and selection read; it imports neither torch nor the
-kernel.
+On a CPU in float32 the attention of a step is the C kernel's
+(``_paged_decode.c``): each query row (a decode, or a prompt's token) reads
+the keys it sees from their cache blocks instead of a gathered copy;
+bidirectional layers' prefills are ``sdpa``'s. This module is what listing
+and selection read; it imports neither torch nor the kernel.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class SdpaCpuAttention(Backend):
     devices = ("cpu",)
     dtypes = ("float32",)
     api_version = 1
-    description = ("sdpa with decodes in a C kernel that reads the paged cache in place (no gather); "
+    description = ("sdpa with decodes and causal prefills in a C kernel that reads the paged cache in place (no gather); "
                    f"CPU, float32, up to {MAX_GROUP} query heads per kv head, head size up to {MAX_HEAD_SIZE}")
 
     @classmethod
@@ -50,8 +50,9 @@ class SdpaCpuAttention(Backend):
     def builder(cls, spec, env):
         from .meta import build_meta, bytes_per_token
 
-        # the kernel reads the block table itself: no gather plan for the decodes
-        return partial(build_meta, bytes_per_token=bytes_per_token(spec), workspace={}, decode_chunks=False)
+        # the kernel reads the block table itself: no gather plan; each prefill token's table row and key count
+        return partial(build_meta, bytes_per_token=bytes_per_token(spec), workspace={}, decode_chunks=False,
+                       prefill_rows=True)
 
     @classmethod
     def make_impl(cls, spec, env):

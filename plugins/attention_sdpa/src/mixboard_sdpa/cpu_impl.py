@@ -1,5 +1,6 @@
-"""The ``sdpa_cpu`` impl: ``sdpa``'s, with the step's decodes run by the
-paged decode kernel (``_paged_decode.c``) straight from the cache blocks."""
+"""The ``sdpa_cpu`` impl: ``sdpa``'s, with the step's decodes and causal
+prefills run by the paged kernel (``_paged_decode.c``) straight from the
+cache blocks."""
 
 from __future__ import annotations
 
@@ -15,14 +16,26 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
     def _decodes(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
                  meta: SdpaMeta) -> None:
         n = meta.common.num_decodes
-        if not n:
-            return
-        spec, common = self.spec, meta.common
-        rows = q[:n]
-        if rows.stride(2) != 1 or rows.stride(1) != spec.head_size:
-            rows = rows.contiguous()
-        table, lens = common.block_table, common.seq_lens  # int32, built contiguous by CommonBatchMetadata
-        _paged_decode.decode(rows.data_ptr(), rows.stride(0), n, spec.num_heads, spec.num_kv_heads, spec.head_size,
-                             k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1], table.data_ptr(),
-                             table.stride(0), lens.data_ptr(), out.data_ptr(), out.stride(0), float(self.scale),
-                             self.window or 0, float(spec.logits_soft_cap or 0.0))
+        if n:
+            common = meta.common
+            self._attend(q[:n], k_cache, v_cache, out, 0, common.block_table, common.seq_lens, None)
+
+    def _prefills(self, q, k, v, k_cache, v_cache, out, meta: SdpaMeta) -> None:
+        """Every prefill token as a row of the kernel that sees keys 0..its position, read from the cache
+        (this step's k, v are already written there): one call for all prompts, with or without context."""
+        if meta.prefill_rows is None or not self.spec.causal:  # a meta built without them; bidirectional
+            return super()._prefills(q, k, v, k_cache, v_cache, out, meta)
+        rows, seen = meta.prefill_rows
+        n = meta.common.num_decodes
+        self._attend(q[n:], k_cache, v_cache, out, n, meta.common.block_table, seen, rows)
+
+    def _attend(self, rows_q, k_cache, v_cache, out, first_out, table, seq_lens, table_rows) -> None:
+        spec = self.spec
+        if rows_q.stride(2) != 1 or rows_q.stride(1) != spec.head_size:
+            rows_q = rows_q.contiguous()
+        # int32 and contiguous: CommonBatchMetadata and build_meta make them so
+        _paged_decode.decode(rows_q.data_ptr(), rows_q.stride(0), rows_q.shape[0], spec.num_heads, spec.num_kv_heads,
+                             spec.head_size, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1],
+                             table.data_ptr(), table.stride(0), seq_lens.data_ptr(), out[first_out:].data_ptr(),
+                             out.stride(0), float(self.scale), self.window or 0, float(spec.logits_soft_cap or 0.0),
+                             0 if table_rows is None else table_rows.data_ptr())

@@ -45,9 +45,15 @@ class SdpaAttentionImpl(AttentionImpl):
 
         out = torch.empty_like(q)
         self._decodes(q, k_cache, v_cache, out, meta)
+        if meta.prefills:
+            self._prefills(q, k, v, k_cache, v_cache, out, meta)
+        return out
+
+    def _prefills(self, q, k, v, k_cache, v_cache, out, meta: SdpaMeta) -> None:
+        """The step's prefill rows into ``out``: sdpa per run of prompts (a continuing one over its
+        gathered blocks); ``sdpa_cpu`` overrides it with its kernel over the cache."""
         for i, run in enumerate(meta.prefills):
             self._prefill(i, run, q, k, v, k_cache, v_cache, out, meta)
-        return out
 
     def _decodes(self, q, k_cache, v_cache, out, meta: SdpaMeta) -> None:
         """The step's decode rows (the first ``num_decodes``) into ``out``: here in batched chunks over

@@ -68,6 +68,9 @@ class SdpaMeta:
     block_range: tuple[int, int]  # smallest and largest block id the step reads or writes
     decode_chunks: tuple[DecodeChunk, ...]
     prefills: tuple[Prefill, ...]
+    # sdpa_cpu's kernel: per prefill token (rows num_decodes..T-1), its sequence's block-table row and the
+    # keys it sees (its position + 1), int32; None where the builder was not asked for them
+    prefill_rows: tuple[torch.Tensor, torch.Tensor] | None = None
     _masks: dict = field(default_factory=dict, repr=False)
     _buffers: dict = field(default_factory=dict, repr=False)
 
@@ -94,9 +97,10 @@ def bytes_per_token(spec) -> int:
 
 
 def build_meta(common: CommonBatchMetadata, bytes_per_token: int, workspace: dict | None = None,
-               decode_chunks: bool = True) -> SdpaMeta:
+               decode_chunks: bool = True, prefill_rows: bool = False) -> SdpaMeta:
     """The step's metadata; ``workspace`` (a dict the caller keeps) lends decode buffers from step to step.
-    ``decode_chunks=False``: no gather plan for the decodes (a kernel that reads the block table itself)."""
+    ``decode_chunks=False``: no gather plan for the decodes (a kernel that reads the block table itself);
+    ``prefill_rows=True``: each prefill token's table row and key count (``SdpaMeta.prefill_rows``)."""
     if not isinstance(common, CommonBatchMetadata):
         raise TypeError(f"the sdpa builder takes the step's CommonBatchMetadata, not {type(common).__name__}")
     device = common.block_table.device
@@ -118,6 +122,14 @@ def build_meta(common: CommonBatchMetadata, bytes_per_token: int, workspace: dic
         else:
             prefills.append(Prefill(qsl[i], 1, qlen, ctx, table[i, : nblocks[i]] if ctx else None))
     meta = SdpaMeta(common, common.num_tokens, bs, common.slot_mapping.long(), common.block_range, chunks, tuple(prefills))
+    if prefill_rows and common.num_seqs > common.num_decodes:
+        nd = common.num_decodes
+        starts = common.query_start_loc_cpu.long()
+        qlens = starts[nd + 1:] - starts[nd:-1]
+        seq = torch.repeat_interleave(torch.arange(nd, common.num_seqs), qlens)
+        offset = torch.arange(len(seq)) + starts[nd] - starts[seq]  # the token's place among its sequence's new ones
+        seen = common.context_lens_cpu.long()[seq] + offset + 1
+        meta.prefill_rows = (seq.to(torch.int32).to(device), seen.to(torch.int32).to(device))
     if workspace is not None:
         meta._buffers = workspace
     return meta
