@@ -28,6 +28,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #define NR 16      /* outputs per panel: one 512-bit or two 256-bit registers */
 #define MR_MAX 16  /* rows per tile at most (see KERNELS) */
@@ -434,6 +437,23 @@ static PyObject *py_gated_linear(PyObject *self, PyObject *const *args, Py_ssize
     return products(args, nargs, 1);
 }
 
+/* huge_pages(address, size) -> bool: ask the kernel to back [address, address + size) with 2 MB pages
+ * (madvise MADV_HUGEPAGE, where transparent huge pages are "madvise"), for the whole 2 MB pages inside
+ * the range; False where that is not available. Call it before the memory is first written: pages
+ * already touched stay small. Weights and caches streamed every step then cross a page (and its TLB
+ * miss, and the hardware prefetcher's stop) every 2 MB instead of every 4 KB. */
+static PyObject *py_huge_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long v[2];
+    if (read_ints(args, nargs, 2, "huge_pages(address, size)", v) < 0) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20, first = ((uintptr_t)v[0] + huge - 1) & ~(huge - 1);
+    const uintptr_t end = ((uintptr_t)v[0] + (uintptr_t)v[1]) & ~(huge - 1);
+    if (v[1] > 0 && end > first && madvise((void *)first, end - first, MADV_HUGEPAGE) == 0) Py_RETURN_TRUE;
+#endif
+    Py_RETURN_FALSE;
+}
+
 static PyObject *py_isa(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyUnicode_FromString(use.name);
@@ -452,6 +472,8 @@ static PyMethodDef methods[] = {
     {"rotary", (PyCFunction)(void (*)(void))py_rotary, METH_FASTCALL,
      "rotary(x, tokens, heads, ldt, ldh, dim, cos, sin, ldtab, table_rows, positions): rotate-half rotary "
      "embedding in place (addresses as ints)."},
+    {"huge_pages", (PyCFunction)(void (*)(void))py_huge_pages, METH_FASTCALL,
+     "huge_pages(address, size) -> bool: back the range with 2 MB pages where the OS can (before first write)."},
     {"use_isa", py_use_isa, METH_O, "use_isa(name) -> name: the instruction set to run ('' for the best here)."},
     {"supported", py_supported, METH_NOARGS, "supported() -> the instruction sets this CPU runs, best first."},
     {"isa", py_isa, METH_NOARGS, "isa() -> the instruction set in use."},

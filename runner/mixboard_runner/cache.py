@@ -18,6 +18,7 @@ import torch
 from mixboard.dtypes import torch_dtype
 from mixboard.errors import UsageError
 from mixboard.state import PAGED
+from .kernels import huge_pages
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -45,10 +46,10 @@ class CacheManager:
 
         self.pools: dict[str, dict[str, torch.Tensor]] = {}
         for name, spec in paged:
-            self.pools[name] = {t: torch.zeros((self.num_blocks, block_size, *ts.shape), dtype=torch_dtype(ts.dtype),
-                                               device=device) for t, ts in spec.tensors}
+            self.pools[name] = {t: _zeros((self.num_blocks, block_size, *ts.shape), torch_dtype(ts.dtype), device)
+                                for t, ts in spec.tensors}
         for name, spec in slots:
-            self.pools[name] = {t: torch.zeros((self.num_slots, *ts.shape), dtype=torch_dtype(ts.dtype), device=device)
+            self.pools[name] = {t: _zeros((self.num_slots, *ts.shape), torch_dtype(ts.dtype), device)
                                 for t, ts in spec.tensors}
         self.free_blocks = deque(range(self.num_blocks))
         # lowest free slot first (a heap): the decodes of a step then hold consecutive slots whenever they can,
@@ -86,3 +87,9 @@ class CacheManager:
 
     def all_free(self) -> bool:
         return len(self.free_blocks) == self.num_blocks and len(self.free_slots) == self.num_slots
+
+
+def _zeros(shape, dtype, device) -> torch.Tensor:
+    """A zero pool, on 2 MB pages where the OS allows (kernels.huge_pages: before its first write)."""
+    return huge_pages(torch.empty(shape, dtype=dtype, device=device)).zero_()
+

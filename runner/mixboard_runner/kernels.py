@@ -28,6 +28,20 @@ def serves(device: torch.device | str, dtype: torch.dtype) -> bool:
     return native is not None and torch.device(device).type == "cpu" and dtype == torch.float32
 
 
+HUGE_PAGES_FROM = 4 << 20  # bytes: smaller tensors hold at most one whole 2 MB page
+
+
+def huge_pages(t: torch.Tensor) -> torch.Tensor:
+    """``t``, its memory backed by 2 MB pages where the OS allows it (Linux transparent huge pages);
+    call before ``t`` is first written. Measured here: the LM head's products 4-7 % faster, weights
+    being streamed without a page crossing every 4 KB. A no-op for small, non-CPU tensors and where
+    the kernels are not built."""
+    size = t.numel() * t.element_size()
+    if native is not None and t.device.type == "cpu" and size >= HUGE_PAGES_FROM:
+        native.huge_pages(t.data_ptr(), size)
+    return t
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """F.rms_norm(x, weight.shape, weight, eps) for float32 CPU tensors (weight contiguous)."""
     dim = weight.shape[0]

@@ -93,3 +93,17 @@ def test_greedy_sampling_takes_the_kernel():
     torch.manual_seed(3)
     logits = torch.randn(16, 32000)
     assert sample(logits, [SamplingParams()] * 16, [None] * 16) == logits.argmax(-1).tolist()
+
+
+def test_huge_pages_keep_tensors_as_they_are_and_back_big_ones_with_2mb_pages():
+    small = torch.arange(10.0)
+    assert kernels.huge_pages(small) is small and torch.equal(small, torch.arange(10.0))
+    big = kernels.huge_pages(torch.empty(16 << 20 >> 2))  # 16 MB, before its first write
+    big.fill_(3.0)
+    assert bool((big == 3.0).all())
+    from pathlib import Path
+
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if mode.exists() and "[never]" not in mode.read_text():  # where Linux allows huge pages, the range is advised
+        assert kernels.native.huge_pages(big.data_ptr(), big.numel() * 4) is True
+

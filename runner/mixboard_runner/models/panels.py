@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..kernels import UNAVAILABLE, native, serves  # noqa: F401  (serves: whether products run on panels)
+from ..kernels import UNAVAILABLE, huge_pages, native, serves  # noqa: F401  (serves: whether products run on panels)
 
 PANEL = 16
 
@@ -55,8 +55,10 @@ class PanelLayout:
 
     @staticmethod
     def empty(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
-        make = torch.zeros if rows % PANEL else torch.empty  # the padding of the last panel must be zero
-        return make(PanelLayout.stored_shape(rows, cols), dtype=dtype)
+        stored = huge_pages(torch.empty(PanelLayout.stored_shape(rows, cols), dtype=dtype))  # before it is written
+        if rows % PANEL:
+            stored[-1].zero_()  # the padding of the last panel must be zero
+        return stored
 
     @staticmethod
     def write(stored: torch.Tensor, first: int, chunk: torch.Tensor) -> None:
@@ -92,7 +94,10 @@ class PanelLinear(nn.Module):
         """silu(gate(x)) * up(x): the panels of gate and up interleaved, so the
         kernel gates each pair of tiles as it makes them (no [rows, 2 x out]
         intermediate, no silu and multiply over it)."""
-        both = torch.stack([to_panels(gate.weight.detach()), to_panels(up.weight.detach())], 1)
+        first = to_panels(gate.weight.detach())
+        both = huge_pages(torch.empty(first.shape[0], 2, *first.shape[1:], dtype=first.dtype))
+        both[:, 0] = first
+        both[:, 1] = to_panels(up.weight.detach())
         bias = None if gate.bias is None else torch.cat([gate.bias.detach(), up.bias.detach()])
         return cls(gate.in_features, gate.out_features, both.flatten(0, 1), bias, gated=True)
 
