@@ -102,17 +102,21 @@ class PanelLinear(nn.Module):
         return cls(gate.in_features, gate.out_features, both.flatten(0, 1), bias, gated=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
+        if x.dim() == 2 and x.shape[1] == self.in_features and x.stride(1) == 1 and x.dtype == torch.float32:
+            return self._rows(x)  # what the model passes: no reshape, no view (~2 us of a 16-row step's call)
         x2 = x.reshape(-1, self.in_features)
         if x2.stride(-1) != 1 or x2.dtype != torch.float32:
             x2 = x2.contiguous().float()
-        rows = x2.shape[0]
+        return self._rows(x2).view(*x.shape[:-1], self.out_features)
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
         y = torch.empty(rows, self.out_features)
         if rows:
-            self._product(x2.data_ptr(), rows, self.in_features, x2.stride(0), self.panels.data_ptr(),
+            self._product(x.data_ptr(), rows, self.in_features, x.stride(0), self.panels.data_ptr(),
                           self.out_features, 0 if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
                           self.out_features)
-        return y.view(*lead, self.out_features)
+        return y
 
     def extra_repr(self) -> str:
         what = "silu(gate) * up, " if self.is_gated else ""

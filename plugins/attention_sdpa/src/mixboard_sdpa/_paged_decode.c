@@ -24,6 +24,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <omp.h>
 
 #define MAX_GROUP 64   /* query heads per kv head (the backend's check says so) */
@@ -234,10 +235,39 @@ static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+/* write(k_cache, v_cache, slots, n, row, k, ldk, v, ldv): token i's k and v rows (row floats: every kv
+ * head, contiguous) into cache slot slots[i] (int64; block * block_size + offset). What write_kv's two
+ * index_copy_ calls do, without their dispatch (~10 us a layer of a decode step). The impl has checked
+ * the slots' blocks against the pool before it calls. */
+static PyObject *py_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long v[9];
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "write() takes 9 arguments");
+        return NULL;
+    }
+    for (int i = 0; i < 9; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    float *kc = (float *)(intptr_t)v[0], *vc = (float *)(intptr_t)v[1];
+    const int64_t *slots = (const int64_t *)(intptr_t)v[2];
+    const float *k = (const float *)(intptr_t)v[5], *vv = (const float *)(intptr_t)v[7];
+    const long n = v[3], row = v[4], ldk = v[6], ldv = v[8];
+    for (long i = 0; i < n; i++) {
+        memcpy(kc + slots[i] * row, k + i * ldk, row * sizeof(float));
+        memcpy(vc + slots[i] * row, vv + i * ldv, row * sizeof(float));
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_FASTCALL,
      "decode(q, q_stride, n, heads, kv_heads, D, k, v, block_size, table, table_stride, seq_lens, out, out_stride, "
      "scale, window, cap, rows): attention of query rows over the paged cache (addresses as ints)."},
+    {"write", (PyCFunction)(void (*)(void))py_write, METH_FASTCALL,
+     "write(k_cache, v_cache, slots, n, row, k, ldk, v, ldv): the step's k and v rows into their cache slots "
+     "(addresses as ints)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,6 +13,15 @@ from . import _paged_decode  # noqa: E402  (after torch: the kernel then shares 
 
 
 class SdpaCpuAttentionImpl(SdpaAttentionImpl):
+    def _write(self, k_cache, v_cache, meta: SdpaMeta, k, v) -> None:
+        row = self.spec.num_kv_heads * self.spec.head_size
+        slots = meta.slot_mapping  # int64, checked against the pool's blocks by check_inputs
+        if not (k.stride(2) == v.stride(2) == 1 and k.stride(1) == v.stride(1) == self.spec.head_size
+                and k_cache.is_contiguous() and v_cache.is_contiguous() and slots.is_contiguous()):
+            return super()._write(k_cache, v_cache, meta, k, v)
+        _paged_decode.write(k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), k.shape[0], row, k.data_ptr(),
+                            k.stride(0), v.data_ptr(), v.stride(0))
+
     def _decodes(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
                  meta: SdpaMeta) -> None:
         n = meta.common.num_decodes

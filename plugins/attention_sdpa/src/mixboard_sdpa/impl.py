@@ -41,13 +41,17 @@ class SdpaAttentionImpl(AttentionImpl):
             raise BackendInputError(f"{self.layer_name}: meta must be the step's CommonBatchMetadata or what the "
                                     f"sdpa builder made of it, got {type(meta).__name__}")
         k_cache, v_cache = check_inputs(self.layer_name, self.spec, q, k, v, state, meta)
-        write_kv(k_cache, v_cache, meta.slot_mapping, k, v)
+        self._write(k_cache, v_cache, meta, k, v)
 
         out = torch.empty_like(q)
         self._decodes(q, k_cache, v_cache, out, meta)
         if meta.prefills:
             self._prefills(q, k, v, k_cache, v_cache, out, meta)
         return out
+
+    def _write(self, k_cache, v_cache, meta: SdpaMeta, k, v) -> None:
+        """This step's k, v into their cache slots (``sdpa_cpu`` does it in C)."""
+        write_kv(k_cache, v_cache, meta.slot_mapping, k, v)
 
     def _prefills(self, q, k, v, k_cache, v_cache, out, meta: SdpaMeta) -> None:
         """The step's prefill rows into ``out``: sdpa per run of prompts (a continuing one over its
