@@ -71,6 +71,12 @@ class TestShortConvTorch(ShortConvConformance):
     dtypes = PORTABLE_DTYPES
 
 
+class TestShortConvCpu(ShortConvConformance):
+    backend = "short_conv_cpu"
+    device = "cpu"
+    dtypes = ("float32",)  # all it declares
+
+
 class TestShortConvCuda(ShortConvConformance):
     backend = "short_conv_cuda"
     device = "cuda"

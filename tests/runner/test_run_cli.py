@@ -38,11 +38,13 @@ def test_run_demo_by_default_json_contract():
     from mixboard_mamba1.cpu_backend import kernel_missing as mamba1_kernel_missing
     from mixboard_mamba2.cpu_backend import kernel_missing as mamba2_kernel_missing
     from mixboard_sdpa.cpu_backend import kernel_missing as sdpa_kernel_missing
+    from mixboard_shortconv.cpu_backend import kernel_missing as short_conv_kernel_missing
     # the C backends win on CPU where their kernels are built
     attention = "sdpa" if sdpa_kernel_missing() else "sdpa_cpu"
     mamba1 = "mamba1_torch" if mamba1_kernel_missing() else "mamba1_cpu"
     mamba2 = "mamba2_torch" if mamba2_kernel_missing() else "mamba2_cpu"
-    assert {g["backend"] for g in data["plan"]["groups"]} == {attention, mamba1, mamba2, "short_conv_torch"}
+    short_conv = "short_conv_torch" if short_conv_kernel_missing() else "short_conv_cpu"
+    assert {g["backend"] for g in data["plan"]["groups"]} == {attention, mamba1, mamba2, short_conv}
     (output,) = data["outputs"]
     assert len(output["output_ids"]) == 4 and isinstance(output["text"], str)
     assert {"prefill_tokens", "decode_tokens", "prefill_tokens_per_s", "decode_tokens_per_s", "wall_s"} <= set(data["stats"])

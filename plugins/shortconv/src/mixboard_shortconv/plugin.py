@@ -2,10 +2,11 @@
 
 from mixboard import hookimpl
 
+from .cpu_backend import ShortConvCpu
 from .cuda_backend import ShortConvCuda
 from .torch_backend import ShortConvTorch
 
 
 @hookimpl
 def mixboard_backends():
-    return [ShortConvTorch, ShortConvCuda]
+    return [ShortConvTorch, ShortConvCpu, ShortConvCuda]

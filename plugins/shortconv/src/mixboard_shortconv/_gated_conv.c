@@ -1,0 +1,149 @@
+/* LFM2's gated short conv for a whole step in one call (backend ``short_conv_cpu``):
+ *
+ *     y[t, c] = C[t, c] * (bias_c + sum_k w[c, k] bx[t - (W - 1) + k, c]),   bx = B * x
+ *
+ * for every sequence of the step, decodes and prefills alike: positions before
+ * a sequence's first new token come from its slot's state (the last W - 1
+ * values of bx, oldest first; zeros for a sequence without context), and the
+ * slot then holds its last W - 1. Read and written where the slots lie (no
+ * gather and scatter of the batch's records), B * x and the gate applied on the
+ * way in and out (no [T, hidden] temporaries). Work items: (sequence, 64
+ * channels); sixteen channels go through the sequence's tokens at a time with
+ * their window in registers, float32, GCC's vector extension (target_clones
+ * picks AVX-512, AVX2 or SSE at load time).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
+typedef float vec __attribute__((vector_size(64)));
+#define LANES 16
+#define BLOCK 64
+#define MAX_WIDTH 8
+
+INLINE vec load_n(const float *p, long count) {
+    vec v;
+    if (count >= LANES) {
+        memcpy(&v, p, sizeof v);
+    } else {
+        float t[LANES] = {0};
+        memcpy(t, p, count * sizeof(float));
+        memcpy(&v, t, sizeof v);
+    }
+    return v;
+}
+
+INLINE void put_n(float *p, vec v, long count) {
+    if (count >= LANES) {
+        memcpy(p, &v, sizeof v);
+    } else {
+        float t[LANES];
+        memcpy(t, &v, sizeof v);
+        memcpy(p, t, count * sizeof(float));
+    }
+}
+
+typedef struct {
+    const float *B, *C, *x;  /* [T, D] each, rows ldb / ldc / ldx apart */
+    long ldb, ldc, ldx, D, W;
+    const float *wt;         /* [W, D]: the conv weight transposed */
+    const float *bias;       /* [D] or NULL */
+    float *pool;             /* [S, D, W - 1] */
+    float *y;                /* [T, D], rows ldy apart */
+    long ldy;
+    const int64_t *seqs;     /* [n, 4]: first token, end token, slot, has context */
+} conv_args;
+
+INLINE void block_width(const conv_args *a, long i, long c0, const long W) {
+    const long keep = W - 1, first = a->seqs[4 * i], end = a->seqs[4 * i + 1];
+    const int context = a->seqs[4 * i + 3] != 0;
+    float *state = a->pool + a->seqs[4 * i + 2] * a->D * keep;
+    for (long c = c0; c < c0 + BLOCK && c < a->D; c += LANES) {
+        const long cc = a->D - c < LANES ? a->D - c : LANES;
+        vec w[MAX_WIDTH], window[MAX_WIDTH];  /* window[k]: bx keep - k tokens back */
+        for (long k = 0; k < W; k++) w[k] = load_n(a->wt + k * a->D + c, cc);
+        const vec b = a->bias ? load_n(a->bias + c, cc) : (vec){0};
+        for (long k = 0; k < keep; k++) {
+            float t[LANES] = {0};
+            if (context)
+                for (long j = 0; j < cc; j++) t[j] = state[(c + j) * keep + k];
+            window[k] = load_n(t, LANES);
+        }
+        for (long t = first; t < end; t++) {
+            const vec v = load_n(a->B + t * a->ldb + c, cc) * load_n(a->x + t * a->ldx + c, cc);
+            vec acc = b + w[keep] * v;
+            for (long k = 0; k < keep; k++) acc += w[k] * window[k];
+            for (long k = 0; k + 1 < keep; k++) window[k] = window[k + 1];
+            if (keep) window[keep - 1] = v;
+            put_n(a->y + t * a->ldy + c, acc * load_n(a->C + t * a->ldc + c, cc), cc);
+        }
+        for (long k = 0; k < keep; k++) {
+            float t[LANES];
+            put_n(t, window[k], LANES);
+            for (long j = 0; j < cc; j++) state[(c + j) * keep + k] = t[j];
+        }
+    }
+}
+
+/* LFM2's width (3) and its neighbours as constants (no loops per token), any other as it comes. */
+CLONES static void conv_block(const conv_args *a, long i, long c0) {
+    switch (a->W) {
+    case 3: block_width(a, i, c0, 3); break;
+    case 4: block_width(a, i, c0, 4); break;
+    case 2: block_width(a, i, c0, 2); break;
+    default: block_width(a, i, c0, a->W); break;
+    }
+}
+
+/* step(B, ldb, C, ldc, x, ldx, D, W, wt, bias, pool, y, ldy, seqs, n): addresses as ints (tensor.data_ptr(),
+ * 0 for no bias); the impl has checked shapes, dtypes and slots (check_inputs) before it calls. */
+static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long v[15];
+    if (nargs != 15) {
+        PyErr_SetString(PyExc_TypeError, "step() takes 15 arguments");
+        return NULL;
+    }
+    for (int k = 0; k < 15; k++) {
+        v[k] = PyLong_AsLongLong(args[k]);
+        if (v[k] == -1 && PyErr_Occurred()) return NULL;
+    }
+    conv_args a = {
+        .B = (const float *)(intptr_t)v[0], .ldb = v[1], .C = (const float *)(intptr_t)v[2], .ldc = v[3],
+        .x = (const float *)(intptr_t)v[4], .ldx = v[5], .D = v[6], .W = v[7], .wt = (const float *)(intptr_t)v[8],
+        .bias = (const float *)(intptr_t)v[9], .pool = (float *)(intptr_t)v[10], .y = (float *)(intptr_t)v[11],
+        .ldy = v[12], .seqs = (const int64_t *)(intptr_t)v[13],
+    };
+    const long n = v[14];
+    if (a.D <= 0 || a.W < 1 || a.W > MAX_WIDTH || n < 0) {
+        PyErr_Format(PyExc_ValueError, "step(): channels or conv width out of range (width 1 to %d)", MAX_WIDTH);
+        return NULL;
+    }
+    const long blocks = (a.D + BLOCK - 1) / BLOCK, work = n * blocks;
+    long tokens = 0;
+    for (long i = 0; i < n; i++) tokens += a.seqs[4 * i + 1] - a.seqs[4 * i];
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel for schedule(dynamic, 1) if (tokens * a.D > 32768)
+    for (long w = 0; w < work; w++) conv_block(&a, w / blocks, (w % blocks) * BLOCK);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"step", (PyCFunction)(void (*)(void))py_step, METH_FASTCALL,
+     "step(B, ldb, C, ldc, x, ldx, D, W, wt, bias, pool, y, ldy, seqs, n): y = C * conv(B * x) for a step's "
+     "sequences, conv states read and written in the pool (addresses as ints)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gated_conv", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__gated_conv(void) { return PyModule_Create(&module); }

@@ -1,0 +1,34 @@
+"""The ``short_conv_cpu`` impl: the whole step in one C call (``_gated_conv.c``);
+``short_conv_torch``'s where an input is not what the kernel reads."""
+
+from __future__ import annotations
+
+import torch
+
+from .inputs import check_inputs
+from .torch_impl import ShortConvTorchImpl
+
+from . import _gated_conv  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
+
+
+class ShortConvCpuImpl(ShortConvTorchImpl):
+    _prepared: tuple[object, torch.Tensor, torch.Tensor | None] | None = None
+
+    def forward(self, B, C, x, weights, state, meta):
+        pool = check_inputs(self.layer_name, self.want, B, C, x, weights, state, meta)
+        if not (x.dtype == pool.dtype == torch.float32 and pool.is_contiguous()
+                and B.stride(-1) == C.stride(-1) == x.stride(-1) == 1):
+            return super().forward(B, C, x, weights, state, meta)
+        if self._prepared is None or self._prepared[0] is not weights:  # frozen records: laid out once
+            bias = None if weights.conv_bias is None else weights.conv_bias.detach().float().contiguous()
+            self._prepared = (weights, weights.conv_weight.detach().float().t().contiguous(), bias)
+        _, wt, bias = self._prepared
+        common = meta.common
+        seqs = torch.stack([common.query_start_loc_cpu[:-1].long(), common.query_start_loc_cpu[1:].long(),
+                            common.state_slots_cpu.long(), (common.context_lens_cpu > 0).long()], 1).contiguous()
+        T, D = x.shape
+        y = torch.empty(T, D)
+        _gated_conv.step(B.data_ptr(), B.stride(0), C.data_ptr(), C.stride(0), x.data_ptr(), x.stride(0), D,
+                         self.spec.conv_width, wt.data_ptr(), 0 if bias is None else bias.data_ptr(), pool.data_ptr(),
+                         y.data_ptr(), D, seqs.data_ptr(), len(seqs))
+        return y
