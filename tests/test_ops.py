@@ -81,3 +81,11 @@ def test_repeated_lists_each_repeat_once_in_the_order_it_repeats():
 
     assert repeated([5, 3, 5, 3, 3, 1]) == (5, 3)
     assert repeated([0, 1, 2]) == ()
+
+
+def test_sequence_rows_give_each_sequence_its_tokens_slot_and_whether_it_continues():
+    meta = CommonBatchMetadata.build([1, 1, 5, 3], [4, 9, 0, 6], [7, 2, 0, 5], [[0]] * 4, 16)
+    assert meta.sequence_rows.tolist() == [[0, 1, 7, 1], [1, 2, 2, 1], [2, 7, 0, 0], [7, 10, 5, 1]]
+    assert meta.sequence_rows.dtype == torch.int64 and meta.sequence_rows.is_contiguous()
+    assert meta.sequence_rows is meta.sequence_rows  # made once per step, shared by every layer
+

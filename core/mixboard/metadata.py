@@ -10,6 +10,7 @@ from the sequence's saved state: a chunked prompt, or a resumed sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import torch
@@ -45,6 +46,15 @@ class CommonBatchMetadata:
     @property
     def num_decode_tokens(self) -> int:
         return self.num_decodes
+
+    @cached_property
+    def sequence_rows(self) -> torch.Tensor:
+        """Host int64 [num_seqs, 4], one row per sequence: first token, end token (along the packed
+        axis), state slot, has context (1: continues from saved state, 0: starts fresh). For kernels
+        that walk a step sequence by sequence; made on first use, once per step for every layer."""
+        starts = self.query_start_loc_cpu.long()
+        return torch.stack([starts[:-1], starts[1:], self.state_slots_cpu.long(),
+                            (self.context_lens_cpu > 0).long()], 1).contiguous()
 
     @classmethod
     def build(

@@ -1,12 +1,13 @@
 """The runner's compiled CPU kernels (``_cpu_kernels.c``), imported in this one place.
 
-Products on panels (``models/panels.py``) and two row operations of every
+Products on panels (``models/panels.py``) and row operations of every
 decode step, which torch runs as several dispatched operators each:
 ``rms_norm`` (F.rms_norm on CPU: ~8 operators, ~40 us a call inside a step),
 ``rotary`` (in place, reading the cos/sin tables by position: no gathered
 rows, no rotated copy) and ``argmax`` (greedy sampling over [16, 32000]:
-~360 us in torch, ~70 us here). The extension is optional (setup.py): where it is not built,
-``UNAVAILABLE`` says why and the runner keeps torch's operators.
+~360 us in torch, ~70 us here); and ``huge_pages`` for the large tensors
+streamed every step. The extension is optional (setup.py): where it is not
+built, ``UNAVAILABLE`` says why and the runner keeps torch's operators.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ from .torch_impl import Mamba2TorchImpl
 
 from . import _prefill  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
 
+CONV_MAX_WIDTH = 8  # the conv kernel's window registers (_prefill.c's MAX_WIDTH)
+
 
 class Mamba2CpuImpl(Mamba2TorchImpl):
     # what the kernels read, laid out once per weights record (frozen, so it cannot go stale)
@@ -20,15 +22,13 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
 
     def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
         if not (xBC.dtype == conv_pool.dtype == torch.float32 and conv_pool.is_contiguous() and xBC.stride(-1) == 1
-                and self.spec.d_conv <= 8):
+                and self.spec.d_conv <= CONV_MAX_WIDTH):
             return super()._conv(step, xBC, weights, conv_pool)
         if self._conv_for is None or self._conv_for[0] is not weights:
             bias = None if weights.conv_bias is None else weights.conv_bias.detach().float().contiguous()
             self._conv_for = (weights, weights.conv_weight.detach().float().t().contiguous(), bias)
         _, wt, bias = self._conv_for
-        common = step.common
-        seqs = torch.stack([common.query_start_loc_cpu[:-1].long(), common.query_start_loc_cpu[1:].long(),
-                            common.state_slots_cpu.long(), (common.context_lens_cpu > 0).long()], 1).contiguous()
+        seqs = step.common.sequence_rows
         T, D = xBC.shape
         out = torch.empty(T, D)
         _prefill.conv(xBC.data_ptr(), xBC.stride(0), D, self.spec.d_conv, wt.data_ptr(),
@@ -38,10 +38,10 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
 
     def _prefills(self, step, x, dts, A, B, C, ssm_pool, y) -> None:
         if not (ssm_pool.dtype == torch.float32 and ssm_pool.is_contiguous() and y.is_contiguous()
-                and _rows(x) and _rows(B) and _rows(C) and _rows(dts) and B.stride(0) == C.stride(0)):
+                and _row_contiguous(x) and _row_contiguous(B) and _row_contiguous(C) and _row_contiguous(dts) and B.stride(0) == C.stride(0)):
             return super()._prefills(step, x, dts, A, B, C, ssm_pool, y)
         spec = self.spec
-        runs = torch.tensor([[p.start, p.end, p.slot, int(p.continues)] for p in step.prefills], dtype=torch.int64)
+        runs = step.common.sequence_rows[step.num_decodes:]  # the prefills' rows: (start, end, slot, continues)
         A = A.contiguous()
         _prefill.ssd(x.data_ptr(), x.stride(0), B.data_ptr(), C.data_ptr(), B.stride(0), dts.data_ptr(),
                      dts.stride(0), A.data_ptr(), spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state,
@@ -49,7 +49,7 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
 
     def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
         spec = self.spec
-        if not (dtype == z.dtype == torch.float32 and y.is_contiguous() and _rows(x) and z.stride(-1) == 1):
+        if not (dtype == z.dtype == torch.float32 and y.is_contiguous() and _row_contiguous(x) and z.stride(-1) == 1):
             return super()._output(y, x, z, weights, dtype)
         if self._norm_for is None or self._norm_for[0] is not weights:
             per_channel = weights.D.detach().float().repeat_interleave(spec.head_dim).contiguous()
@@ -63,7 +63,7 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         return out
 
 
-def _rows(t: torch.Tensor) -> bool:
+def _row_contiguous(t: torch.Tensor) -> bool:
     """float32, rows at any stride, everything within a row contiguous (as the kernels read them)."""
     if t.dtype != torch.float32:
         return False

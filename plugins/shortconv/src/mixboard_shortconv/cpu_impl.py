@@ -23,9 +23,7 @@ class ShortConvCpuImpl(ShortConvTorchImpl):
             bias = None if weights.conv_bias is None else weights.conv_bias.detach().float().contiguous()
             self._prepared = (weights, weights.conv_weight.detach().float().t().contiguous(), bias)
         _, wt, bias = self._prepared
-        common = meta.common
-        seqs = torch.stack([common.query_start_loc_cpu[:-1].long(), common.query_start_loc_cpu[1:].long(),
-                            common.state_slots_cpu.long(), (common.context_lens_cpu > 0).long()], 1).contiguous()
+        seqs = meta.common.sequence_rows
         T, D = x.shape
         y = torch.empty(T, D)
         _gated_conv.step(B.data_ptr(), B.stride(0), C.data_ptr(), C.stride(0), x.data_ptr(), x.stride(0), D,
