@@ -132,25 +132,29 @@ class Engine:
     # -- one step --------------------------------------------------------
     @torch.inference_mode()
     def _forward(self, batch: list[tuple[Sequence, int]], all_logits: bool) -> torch.Tensor:
+        """Run one step. Returns the logits of every row (all_logits), else one
+        row for each sequence whose last token is in this step, in batch order
+        (a prefill chunk that leaves tokens for later wants none)."""
         ids, positions, last = [], [], []
         for seq, n in batch:
             start = seq.num_computed
             ids.extend(seq.tokens[start:start + n])
             positions.extend(range(start, start + n))
-            last.append(len(ids) - 1)
+            if start + n == len(seq.tokens):
+                last.append(len(ids) - 1)
         common = CommonBatchMetadata.build(
             [n for _, n in batch], [s.num_computed for s, _ in batch],
             [s.slot if s.slot is not None else 0 for s, _ in batch], [s.blocks for s, _ in batch],
             self.cache.block_size, self.device)
         step = StepContext(self.runtimes, [build(common) for build in self.builders], max(positions))
-        hidden = self.model(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device), step)
+        # every row is wanted (scoring, or a decode-only step): no gather
+        rows = None if all_logits or len(last) == len(ids) else torch.tensor(last, dtype=torch.int64,
+                                                                              device=self.device)
+        hidden = self.model(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device),
+                            step, rows)
         for seq, n in batch:
             seq.num_computed += n
-        if all_logits or len(last) == hidden.shape[0]:  # every row is wanted (a decode-only step): no gather
-            rows = hidden
-        else:
-            rows = hidden[torch.tensor(last, device=self.device)]
-        return self.model.logits(rows)
+        return self.model.logits(hidden)
 
     def step(self) -> list[Sequence]:
         """Run one scheduled step; returns the sequences that finished in it
@@ -160,13 +164,11 @@ class Engine:
             return self._unschedulable() if self.scheduler.waiting else []
         started = time.perf_counter()
         logits = self._forward(batch, all_logits=False)
-        ready = [(i, seq) for i, (seq, _) in enumerate(batch) if seq.num_uncomputed == 0]
+        ready = [seq for seq, _ in batch if seq.num_uncomputed == 0]
         finished = []
         if ready:
-            rows = logits if len(ready) == len(batch) else logits[torch.tensor([i for i, _ in ready],
-                                                                                 device=logits.device)]
-            tokens = sample(rows, [s.params for _, s in ready], [s.generator for _, s in ready])
-            for (_, seq), token in zip(ready, tokens):
+            tokens = sample(logits, [s.params for s in ready], [s.generator for s in ready])
+            for seq, token in zip(ready, tokens):
                 seq.tokens.append(token)
                 reason = self._stop_reason(seq, token)
                 if reason:

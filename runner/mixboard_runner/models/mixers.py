@@ -28,6 +28,14 @@ class MixerLayer(nn.Module):
     def finalize(self) -> None:
         """Called once after the weights are loaded (precompute what every step would redo)."""
 
+    # forward(x, positions, step, rows=None) -> [T, hidden]; with rows, just those
+    # rows of the output: the backend still sees every row, only the output
+    # projection is restricted (see model.Block).
+
+
+def _at(rows, out: torch.Tensor) -> torch.Tensor:
+    return out if rows is None else out[rows]
+
 
 class AttentionLayer(MixerLayer):
     kind = "attention"
@@ -52,7 +60,7 @@ class AttentionLayer(MixerLayer):
         self.qkv_proj = fuse(self.q_proj, self.k_proj, self.v_proj)
         del self.q_proj, self.k_proj, self.v_proj
 
-    def forward(self, x, positions, step):
+    def forward(self, x, positions, step, rows=None):
         t, s = x.shape[0], self.spec
         h, kv, d = s.num_heads, s.num_kv_heads, s.head_size
         qkv = self.qkv_proj(x)
@@ -69,7 +77,7 @@ class AttentionLayer(MixerLayer):
             q, k = qk[:, :h], qk[:, h:]
         impl, state, meta = step.lookup(self.layer_name)
         out = impl.forward(q, k, v, state, meta)
-        return getattr(self, self.out_name)(out.reshape(t, -1))
+        return getattr(self, self.out_name)(_at(rows, out.reshape(t, -1)))
 
 
 class Mamba1Layer(MixerLayer):
@@ -96,11 +104,11 @@ class Mamba1Layer(MixerLayer):
         )
         del self.x_proj, self.dt_proj  # the backend applies them, from the record: not the model's to pack
 
-    def forward(self, x, positions, step):
+    def forward(self, x, positions, step, rows=None):
         xz = self.in_proj(x)
         d = self.spec.d_inner
         impl, state, meta = step.lookup(self.layer_name)
-        return self.out_proj(impl.forward(xz[:, :d], xz[:, d:], self.weights, state, meta))
+        return self.out_proj(_at(rows, impl.forward(xz[:, :d], xz[:, d:], self.weights, state, meta)))
 
 
 class Mamba2Layer(MixerLayer):
@@ -125,12 +133,12 @@ class Mamba2Layer(MixerLayer):
             D=self.D.detach(), norm_weight=self.norm.weight.detach(),
         )
 
-    def forward(self, x, positions, step):
+    def forward(self, x, positions, step, rows=None):
         proj = self.in_proj(x)
         s = self.spec
         z, xbc, dt = proj.split([s.d_inner, s.conv_dim, s.num_heads], dim=-1)
         impl, state, meta = step.lookup(self.layer_name)
-        return self.out_proj(impl.forward(z, xbc, dt, self.weights, state, meta))
+        return self.out_proj(_at(rows, impl.forward(z, xbc, dt, self.weights, state, meta)))
 
 
 class ShortConvLayer(MixerLayer):
@@ -146,10 +154,10 @@ class ShortConvLayer(MixerLayer):
     def finalize(self):
         self.weights = ShortConvWeights(conv_weight=self.conv.weight[:, 0].detach(), conv_bias=_detach(self.conv.bias))
 
-    def forward(self, x, positions, step):
+    def forward(self, x, positions, step, rows=None):
         b, c, xx = self.in_proj(x).chunk(3, dim=-1)
         impl, state, meta = step.lookup(self.layer_name)
-        return self.out_proj(impl.forward(b, c, xx, self.weights, state, meta))
+        return self.out_proj(_at(rows, impl.forward(b, c, xx, self.weights, state, meta)))
 
 
 def _detach(t):

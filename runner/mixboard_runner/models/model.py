@@ -16,7 +16,12 @@ from .mixers import MixerLayer
 
 
 class Block(nn.Module):
-    """x = x + mixer(norm(x)); then, if there is an MLP, x = x + mlp(mlp_norm(x))."""
+    """x = x + mixer(norm(x)); then, if there is an MLP, x = x + mlp(mlp_norm(x)).
+
+    ``rows`` (the last block of a step): only these rows of the output are
+    wanted. The mixer still reads every row (its state must see each token),
+    but its output projection, the residual and the MLP run on those rows
+    alone: row-wise work, so the kept rows are what they would have been."""
 
     def __init__(self, norm_name: str, norm: nn.Module, mixer_name: str, mixer: MixerLayer,
                  mlp_norm_name: str | None = None, mlp_norm: nn.Module | None = None,
@@ -35,11 +40,13 @@ class Block(nn.Module):
     def mixer_layer(self) -> MixerLayer:
         return getattr(self, self.names[1])
 
-    def forward(self, x, positions, step):
+    def forward(self, x, positions, step, rows=None):
         norm_name, mixer_name, mlp_norm_name, mlp_name = self.names
         norm = getattr(self, norm_name)
         # residual_fp32 (Mamba): the residual stream stays float32 between blocks
-        out = getattr(self, mixer_name)(norm(x.to(norm.weight.dtype)), positions, step)
+        out = getattr(self, mixer_name)(norm(x.to(norm.weight.dtype)), positions, step, rows)
+        if rows is not None:
+            x = x[rows]
         x = x.float() + out if self.residual_fp32 else x + out
         if self.has_mlp:
             x = x + getattr(self, mlp_name)(getattr(self, mlp_norm_name)(x))
@@ -55,10 +62,11 @@ class Trunk(nn.Module):
         self.layers = nn.ModuleList(blocks)
         setattr(self, norm_name, norm)
 
-    def forward(self, input_ids, positions, step):
+    def forward(self, input_ids, positions, step, rows=None):
         x = getattr(self, self.embed_name)(input_ids)
-        for block in self.layers:
-            x = block(x, positions, step)
+        last = len(self.layers) - 1
+        for i, block in enumerate(self.layers):
+            x = block(x, positions, step, rows if i == last else None)
         norm = getattr(self, self.norm_name)
         return norm(x.to(norm.weight.dtype))
 
@@ -129,9 +137,12 @@ class CausalLM(nn.Module):
                 self.lm_head.weight = embed.weight
         pack_linears(self)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, step) -> torch.Tensor:
-        """Hidden states after the final norm, [T, hidden]."""
-        return self.trunk(input_ids, positions, step)
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, step,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states after the final norm: [T, hidden], or [len(rows), hidden]
+        at just the given rows (a prefill wants only each prompt's last row:
+        the last block then skips the rest, see Block)."""
+        return self.trunk(input_ids, positions, step, rows)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
