@@ -24,6 +24,9 @@ SPECS = {
     "window": AttentionSpec(num_heads=4, num_kv_heads=2, head_size=32, sliding_window=70),
     "soft_cap_scale": AttentionSpec(num_heads=4, num_kv_heads=4, head_size=16, logits_soft_cap=5.0, scale=0.3),
     "head_256": AttentionSpec(num_heads=2, num_kv_heads=1, head_size=256),
+    # prefill runs of these take the kernel's tiled path (head size 64 or 128, a group dividing 16)
+    "mha_128": AttentionSpec(num_heads=3, num_kv_heads=3, head_size=128),
+    "group_16": AttentionSpec(num_heads=16, num_kv_heads=1, head_size=64),
 }
 LENGTHS = [1, 2, 63, 64, 65, 130, 200]  # chunk edges of the kernel (64 keys)
 
@@ -48,13 +51,19 @@ def test_long_decodes_match_the_oracle(name, threads):
 
 
 @pytest.mark.parametrize("name", SPECS)
-def test_chunked_prefills_through_the_kernel_match_the_oracle(name):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_chunked_prefills_through_the_kernel_match_the_oracle(name, threads):
     """Prompts in chunks (each chunk's tokens see the earlier ones in the cache) beside decodes:
     every prefill token is a row of the kernel, which the builder's metadata says how to read."""
     spec = SPECS[name]
     seqs = random_seqs(spec, LENGTHS, seed=11)
     schedule = random_schedule(LENGTHS, seed=13, max_batch=4, max_chunk=70)
-    got, state, metas = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got, state, metas = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16)
+    finally:
+        torch.set_num_threads(before)
     assert any(m.prefill_rows is not None for m in metas)  # the kernel's prefill path ran
     ref, ref_state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16, impl=AttentionOracle(spec),
                                      use_builder=False)

@@ -16,6 +16,15 @@
  * sum l, accumulator acc rescaled when m grows), the arithmetic of flash
  * attention, in float32.
  *
+ * A prefill's rows come in runs (one sequence, consecutive positions). A
+ * run of at least RUN_MIN rows takes a tiled path instead (attend_run): the
+ * run's keys of one kv head are laid once as panels of 16 keys [D][16], and
+ * QT query vectors (rows x the group's heads) are scored against 16 keys at
+ * a time with one FMA per (query, d) and no sum over lanes; their values
+ * are accumulated the same way, 16 queries per value load. Causality is a
+ * mask on the tile's last keys. No window, no soft-cap (those runs take the
+ * row path).
+ *
  * Threads: OpenMP over work items, on the libgomp torch loaded (the wrapper
  * imports torch first). Instruction sets: GCC compiles the work item for
  * AVX-512, AVX2 and plain x86-64 and picks one at load time (target_clones).
@@ -24,6 +33,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <omp.h>
 
@@ -170,6 +180,124 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
     }
 }
 
+#define QT 16       /* query vectors a tile scores together: 16 accumulators in registers */
+#define RUN_MIN 8   /* rows of one run below which the row path is as fast */
+#define TILE_KEYS 128  /* keys a tile scores before its softmax and values */
+
+/* A run's keys of kv head h as panels: key j's d-th float at kp[(j / 16) * D * 16 + d * 16 + j % 16],
+ * zeros past the last key, so that a tile reads 16 keys' d-th floats as one vector. */
+static inline __attribute__((always_inline)) void lay_keys(const problem *p, const int32_t *table, long len, long h,
+                                                           const long D, float *kp) {
+    const long bs = p->block_size, row = p->kv_heads * D, padded = (len + LANES - 1) / LANES * LANES;
+    for (long j = 0; j < padded; j++) {
+        float *dst = kp + j / LANES * D * LANES + j % LANES;
+        if (j < len) {
+            const float *key = p->k + (table[j / bs] * bs + j % bs) * row + h * D;
+            for (long d = 0; d < D; d++) dst[d * LANES] = key[d];
+        } else {
+            for (long d = 0; d < D; d++) dst[d * LANES] = 0.0f;
+        }
+    }
+}
+
+/* Rows i0 .. i0 + n - 1 of one sequence at consecutive positions (row r sees seq_lens[i0] + r keys), kv
+ * head h, its G query heads: tiles of QT / G rows x G heads. kp: room for the panels (see attend_all). */
+static inline __attribute__((always_inline)) void attend_run(const problem *p, long i0, long n, long h, const long D,
+                                                             const long G, float *kp) {
+    const long R = QT / G, bs = p->block_size, row = p->kv_heads * D, DV = D / LANES;
+    const int32_t *table = p->table + p->rows[i0] * p->table_stride;
+    lay_keys(p, table, p->seq_lens[i0 + n - 1], h, D, kp);
+    float Q[QT][MAX_HEAD] __attribute__((aligned(64))), acc[QT][MAX_HEAD] __attribute__((aligned(64)));
+    float s[QT][TILE_KEYS] __attribute__((aligned(64))), m[QT], l[QT], rescale[QT];
+    long lens[QT];
+    const float *values[TILE_KEYS];
+    for (long r0 = 0; r0 < n; r0 += R) {
+        const long here = n - r0 < R ? n - r0 : R;
+        for (long c = 0; c < QT; c++) {  /* query c: row r0 + c / G (the last one again past the run), head c % G */
+            const long i = i0 + r0 + (c / G < here ? c / G : here - 1);
+            const float *q = p->q + i * p->q_stride + (h * G + c % G) * D;
+            for (long d = 0; d < D; d++) Q[c][d] = q[d] * p->scale, acc[c][d] = 0.0f;
+            lens[c] = p->seq_lens[i], m[c] = -INFINITY, l[c] = 0.0f;
+        }
+        for (long r = r0 + R; r < r0 + 2 * R && r < n; r++)  /* the next tile's queries, read while this one works */
+            for (long d = 0; d < G * D; d += LANES) __builtin_prefetch(p->q + (i0 + r) * p->q_stride + h * G * D + d);
+        const long lo = lens[0], hi = lens[QT - 1];  /* the tile's first and last row see lo and hi keys */
+        for (long j0 = 0; j0 < hi; j0 += TILE_KEYS) {
+            const long count = hi - j0 < TILE_KEYS ? hi - j0 : TILE_KEYS, padded = (count + LANES - 1) / LANES * LANES;
+            for (long t = 0; t < padded; t += LANES) {  /* scores of 16 keys for every query */
+                const float *panel = kp + (j0 + t) / LANES * D * LANES;
+                vec a[QT];
+                for (long c = 0; c < QT; c++) a[c] = splat(0.0f);
+                for (long d = 0; d < D; d++) {
+                    const vec key = load(panel + d * LANES);
+                    for (long c = 0; c < QT; c++) a[c] += Q[c][d] * key;
+                }
+                for (long c = 0; c < QT; c++) __builtin_memcpy(s[c] + t, &a[c], sizeof a[c]);
+            }
+            if (j0 + padded > lo) {  /* keys past a row's own position (and past the last key): masked */
+                for (long c = 0; c < QT; c++)
+                    for (long t = lens[c] - j0 > 0 ? lens[c] - j0 : 0; t < padded; t++) s[c][t] = -INFINITY;
+            }
+            for (long t = 0; t < count; t++) {
+                const long j = j0 + t;
+                values[t] = p->v + (table[j / bs] * bs + j % bs) * row + h * D;
+            }
+            for (long c = 0; c < QT; c++) {  /* online softmax */
+                vec top = load(s[c]);
+                for (long t = LANES; t < padded; t += LANES) top = pick(load(s[c] + t) > top, load(s[c] + t), top);
+                float best = m[c];
+                for (long k = 0; k < LANES; k++) best = top[k] > best ? top[k] : best;
+                rescale[c] = expf(m[c] - best);  /* 0 on the first keys (m = -inf); row c sees key 0 */
+                vec sum = {0};
+                for (long t = 0; t < padded; t += LANES) {
+                    const vec w = pick(load(s[c] + t) == -INFINITY, splat(0.0f), exp_nonpositive(load(s[c] + t) - best));
+                    __builtin_memcpy(s[c] + t, &w, sizeof w);
+                    sum += w;
+                }
+                l[c] = l[c] * rescale[c] + lane_sum(sum);
+                m[c] = best;
+            }
+            for (long b = 0; b < DV; b++) {  /* values: 16 queries' accumulators per value load */
+                vec a[QT];
+                for (long c = 0; c < QT; c++) a[c] = load(acc[c] + b * LANES) * rescale[c];
+                for (long t = 0; t < count; t++) {
+                    const vec value = load(values[t] + b * LANES);
+                    for (long c = 0; c < QT; c++) a[c] += s[c][t] * value;
+                }
+                for (long c = 0; c < QT; c++) __builtin_memcpy(acc[c] + b * LANES, &a[c], sizeof a[c]);
+            }
+        }
+        for (long c = 0; c < here * G; c++) {
+            float *o = p->out + (i0 + r0 + c / G) * p->out_stride + (h * G + c % G) * D;
+            const float inv = 1.0f / l[c];
+            for (long d = 0; d < D; d++) o[d] = acc[c][d] * inv;
+        }
+    }
+}
+
+#define RUN_GROUPS(D) \
+    switch (G) { \
+    case 1: attend_run(p, i0, n, h, D, 1, kp); break; \
+    case 2: attend_run(p, i0, n, h, D, 2, kp); break; \
+    case 4: attend_run(p, i0, n, h, D, 4, kp); break; \
+    case 8: attend_run(p, i0, n, h, D, 8, kp); break; \
+    case 16: attend_run(p, i0, n, h, D, 16, kp); break; \
+    }
+
+/* The tiled path serves head sizes of whole vectors, groups that divide QT, no window and no soft-cap. */
+static int tiles_serve(const problem *p) {
+    const long G = p->heads / p->kv_heads;
+    return p->rows && p->window == 0 && p->cap == 0.0f && (p->D == 64 || p->D == 128) && QT % G == 0;
+}
+
+CLONES static void attend_run_one(const problem *p, long i0, long n, long h, float *kp) {
+    const long G = p->heads / p->kv_heads;
+    switch (p->D) {
+    case 64: RUN_GROUPS(64) break;
+    case 128: RUN_GROUPS(128) break;
+    }
+}
+
 #define GROUPS(D) \
     switch (G) { \
     case 1: attend(p, i, h0, H, D, 1); break; \
@@ -188,19 +316,63 @@ CLONES static void attend_one(const problem *p, long i, long h0, long H) {
     }
 }
 
-/* Work items: each sequence's kv heads in `split` equal ranges. Whole rows
+/* Row work items: each row's kv heads in `split` equal ranges. Whole rows
  * read front to back are the fastest (one head's slice of each row, rows 1 KB
  * apart, was read at ~15 GB/s where whole rows reach ~28), so a sequence is
- * split only as far as the threads need items to share. */
-static void attend_all(const problem *p, long n) {
-    const long G = p->heads / p->kv_heads, threads = omp_get_max_threads();
+ * split only as far as the threads need items to share. Run work items (the
+ * tiled path): one kv head of a run's rows, a run cut into equal pieces only
+ * where there would be fewer items than twice the threads. */
+typedef struct { long i, n, h0, H; } item;  /* n > 0: a run's rows i .. i + n - 1, kv head h0; else row i */
+
+static int attend_all(const problem *p, long n) {
+    const long G = p->heads / p->kv_heads, threads = omp_get_max_threads(), tiled = tiles_serve(p);
+    long runs = 0, run_rows = 0, longest = 0;
+    for (long i = 0, j; tiled && i < n; i = j) {  /* count the runs that take the tiled path */
+        for (j = i + 1; j < n && p->rows[j] == p->rows[j - 1] && p->seq_lens[j] == p->seq_lens[j - 1] + 1; j++) {}
+        if (j - i >= RUN_MIN) runs++, run_rows += j - i;
+        if (j - i >= RUN_MIN && p->seq_lens[j - 1] > longest) longest = p->seq_lens[j - 1];
+    }
+    const long singles = n - run_rows;
     long split = 1;
-    while (split < p->kv_heads && ((p->kv_heads / split) * G > MAX_GROUP || n * split < 4 * threads))
+    while (split < p->kv_heads && ((p->kv_heads / split) * G > MAX_GROUP || singles * split < 4 * threads))
         split++;
     while (p->kv_heads % split) split++;
-    const long H = p->kv_heads / split, work = n * split;
+    long pieces = 1;
+    while (runs && runs * p->kv_heads * pieces < 2 * threads && pieces < RUN_MIN) pieces++;
+    const long H = p->kv_heads / split;
+    item *items = malloc((runs * p->kv_heads * pieces + singles * split) * sizeof *items);
+    if (!items) return -1;
+    long work = 0;
+    for (long i = 0, j; i < n; i = j) {
+        for (j = i + 1; tiled && j < n && p->rows[j] == p->rows[j - 1] && p->seq_lens[j] == p->seq_lens[j - 1] + 1;
+             j++) {}
+        if (j - i >= RUN_MIN) {
+            for (long h = 0; h < p->kv_heads; h++)
+                for (long k = 0; k < pieces; k++) {
+                    const long a = i + (j - i) * k / pieces, b = i + (j - i) * (k + 1) / pieces;
+                    if (b > a) items[work++] = (item){a, b - a, h, 1};
+                }
+        } else {
+            for (long r = i; r < j; r++)
+                for (long k = 0; k < split; k++) items[work++] = (item){r, 0, k * H, H};
+        }
+    }
+    /* panels for the longest run's keys, per thread */
+    const size_t panel_floats = (size_t)(longest + LANES - 1) / LANES * LANES * p->D;
+    float *panels = runs ? aligned_alloc(64, (panel_floats * threads * sizeof(float) + 63) / 64 * 64) : NULL;
+    if (runs && !panels) {
+        free(items);
+        return -1;
+    }
 #pragma omp parallel for schedule(dynamic, 1) if (work > 1)
-    for (long w = 0; w < work; w++) attend_one(p, w / split, (w % split) * H, H);
+    for (long w = 0; w < work; w++) {
+        const item it = items[w];
+        if (it.n) attend_run_one(p, it.i, it.n, it.h0, panels + panel_floats * omp_get_thread_num());
+        else attend_one(p, it.i, it.h0, it.H);
+    }
+    free(panels);
+    free(items);
+    return 0;
 }
 
 /* decode(q, q_stride, n, heads, kv_heads, D, k, v, block_size, table, table_stride, seq_lens, out, out_stride,
@@ -229,9 +401,11 @@ static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "decode(): heads, kv_heads, head size or block size out of range");
         return NULL;
     }
+    int failed;
     Py_BEGIN_ALLOW_THREADS
-    attend_all(&p, v[2]);
+    failed = attend_all(&p, v[2]);
     Py_END_ALLOW_THREADS
+    if (failed) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
