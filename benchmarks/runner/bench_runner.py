@@ -6,7 +6,9 @@
 Each model type gets a random ~40 M-parameter checkpoint (hidden 512, vocab
 32,000) written by transformers' save_pretrained. Each (engine, model, batch)
 runs in a fresh subprocess so that peak memory (ru_maxrss) is its own.
-Greedy decoding, ignoring EOS, float32, 2 threads. Prefill is timed alone
+Greedy decoding, ignoring EOS, float32, 2 threads. Both sides first warm up
+on the whole batch (generate with two new tokens), so that neither times its
+first touch of the memory a batch needs. Prefill is timed alone
 (transformers: generate with one new token; mixboard: its prefill steps);
 decode is the rest.
 """
@@ -75,7 +77,7 @@ from mixboard_runner.sampling import SamplingParams
 torch.manual_seed(1)
 ids = torch.randint(0, 32000, ({batch}, {prompt})).tolist()
 engine = Engine({path!r}, cache_memory={cache}, max_batched_tokens={batch} * {prompt}, max_seqs={batch})
-engine.generate(ids[:1], SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up
+engine.generate(ids, SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up, the whole batch as transformers
 engine.generate(ids, SamplingParams(max_tokens={new}, ignore_eos=True))
 s = engine.stats
 print(json.dumps({{"prefill_tok_s": s.prefill_tokens / s.prefill_s, "decode_tok_s": s.decode_tokens / s.decode_s,
