@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -113,7 +114,8 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each side, alternating; a row keeps each side's best speeds and its largest "
-                             "peak memory (interference from a shared machine only ever slows a run down)")
+                             "peak memory (interference from a shared machine only ever slows a run down), and "
+                             "with 2 or more the median and range of the speed-ups of runs side by side in time")
     parser.add_argument("--with-onednn", action="store_true",
                         help="also run mixboard with oneDNN's projections (as where its own kernel is not built), "
                              "in turn with the other two: the before/after of the panels kernel")
@@ -158,6 +160,10 @@ def _row(r) -> str:
     if "mixboard_onednn" in r:  # the same engine with oneDNN's projections: prefill, decode, peak
         old = r["mixboard_onednn"]
         row += f" {old['prefill_tok_s']:.0f} | {old['decode_tok_s']:.0f} | {old['peak_mb']:.0f} |"
+    if len(hf["runs"]) > 1:  # each repeat's two runs ran one after the other: their ratio, median (range)
+        for key in ("prefill_tok_s", "decode_tok_s"):
+            ratios = sorted(m[key] / h[key] for h, m in zip(hf["runs"], mb["runs"]))
+            row += f" {statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}) |"
     return row
 
 
