@@ -31,16 +31,13 @@ SPECS = {
 LENGTHS = [1, 2, 63, 64, 65, 130, 200]  # chunk edges of the kernel (64 keys)
 
 
-@pytest.mark.parametrize("name", SPECS)
-@pytest.mark.parametrize("threads", [1, 2])
-def test_long_decodes_match_the_oracle(name, threads):
-    spec = SPECS[name]
-    seqs = random_seqs(spec, LENGTHS, seed=3)
-    schedule = decode_schedule(LENGTHS, prompts=[1, 1, 40, 60, 3, 100, 150])
+def matches_the_oracle(spec, seqs, schedule, threads):
+    """Run the schedule through sdpa_cpu on `threads` threads and hold outputs and cache to the core
+    oracle's; returns sdpa_cpu's metadata of every step."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        got, state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16)
+        got, state, metas = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16)
     finally:
         torch.set_num_threads(before)
     ref, ref_state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16, impl=AttentionOracle(spec),
@@ -48,6 +45,15 @@ def test_long_decodes_match_the_oracle(name, threads):
     assert max_error(got, ref) <= 2e-6
     for key in state:
         assert torch.equal(state[key], ref_state[key]), key
+    return metas
+
+
+@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_long_decodes_match_the_oracle(name, threads):
+    spec = SPECS[name]
+    schedule = decode_schedule(LENGTHS, prompts=[1, 1, 40, 60, 3, 100, 150])
+    matches_the_oracle(spec, random_seqs(spec, LENGTHS, seed=3), schedule, threads)
 
 
 @pytest.mark.parametrize("name", SPECS)
@@ -56,20 +62,9 @@ def test_chunked_prefills_through_the_kernel_match_the_oracle(name, threads):
     """Prompts in chunks (each chunk's tokens see the earlier ones in the cache) beside decodes:
     every prefill token is a row of the kernel, which the builder's metadata says how to read."""
     spec = SPECS[name]
-    seqs = random_seqs(spec, LENGTHS, seed=11)
     schedule = random_schedule(LENGTHS, seed=13, max_batch=4, max_chunk=70)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        got, state, metas = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16)
-    finally:
-        torch.set_num_threads(before)
+    metas = matches_the_oracle(spec, random_seqs(spec, LENGTHS, seed=11), schedule, threads)
     assert any(m.prefill_rows is not None for m in metas)  # the kernel's prefill path ran
-    ref, ref_state, _ = run_schedule(SdpaCpuAttention, spec, seqs, schedule, block_size=16, impl=AttentionOracle(spec),
-                                     use_builder=False)
-    assert max_error(got, ref) <= 2e-6
-    for key in state:
-        assert torch.equal(state[key], ref_state[key]), key
 
 
 def test_mixed_steps_agree_with_sdpa():
