@@ -28,9 +28,11 @@ class MixerLayer(nn.Module):
     def finalize(self) -> None:
         """Called once after the weights are loaded (precompute what every step would redo)."""
 
-    # forward(x, positions, step, rows=None) -> [T, hidden]; with rows, just those
-    # rows of the output: the backend still sees every row, only the output
-    # projection is restricted (see model.Block).
+    def forward(self, x, positions, step, rows=None):
+        """[T, hidden] -> [T, hidden]; with ``rows``, just those rows of the
+        output: the backend still sees every row, only the output projection
+        runs on fewer (see model.Block)."""
+        raise NotImplementedError
 
 
 def _at(rows, out: torch.Tensor) -> torch.Tensor:
