@@ -46,6 +46,10 @@ def huge_pages(t: torch.Tensor) -> torch.Tensor:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """F.rms_norm(x, weight.shape, weight, eps) for float32 CPU tensors (weight contiguous)."""
     dim = weight.shape[0]
+    if x.dim() == 2 and x.stride(1) == 1:  # a step's rows, as the blocks pass them: no reshape, no view (~9 us)
+        out = torch.empty(x.shape[0], dim)
+        native.rms_norm(x.data_ptr(), x.shape[0], dim, x.stride(0), weight.data_ptr(), out.data_ptr(), dim, eps)
+        return out
     rows = x.reshape(-1, dim)
     if rows.stride(-1) != 1:
         rows = rows.contiguous()

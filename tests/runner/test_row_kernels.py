@@ -23,6 +23,14 @@ def test_rms_norm_matches_f_rms_norm(shape):
                                atol=2e-6, rtol=2e-6)
 
 
+def test_rms_norm_of_rows_a_wider_tensor_apart():
+    torch.manual_seed(2)
+    wide, weight = torch.randn(6, 3 * 40), torch.randn(40)
+    rows = wide[:, 40:80]  # 2-D, channels contiguous, rows 120 floats apart
+    torch.testing.assert_close(kernels.rms_norm(rows, weight, 1e-5), F.rms_norm(rows, (40,), weight, 1e-5),
+                               atol=2e-6, rtol=2e-6)
+
+
 def test_rms_norm_of_strided_rows_and_heads():
     torch.manual_seed(0)
     qkv, weight = torch.randn(5, 3 * 4 * 16), torch.randn(16)

@@ -44,7 +44,7 @@ class Block(nn.Module):
         norm_name, mixer_name, mlp_norm_name, mlp_name = self.names
         norm = getattr(self, norm_name)
         # residual_fp32 (Mamba): the residual stream stays float32 between blocks
-        out = getattr(self, mixer_name)(norm(x.to(norm.weight.dtype)), positions, step, rows)
+        out = getattr(self, mixer_name)(norm(_as(x, norm.weight.dtype)), positions, step, rows)
         if rows is not None:
             x = x[rows]
         x = x.float() + out if self.residual_fp32 else x + out
@@ -68,7 +68,12 @@ class Trunk(nn.Module):
         for i, block in enumerate(self.layers):
             x = block(x, positions, step, rows if i == last else None)
         norm = getattr(self, self.norm_name)
-        return norm(x.to(norm.weight.dtype))
+        return norm(_as(x, norm.weight.dtype))
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # the residual stream is mostly in the norm's dtype already: skip the no-op .to() dispatch
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 @dataclass
