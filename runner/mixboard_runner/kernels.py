@@ -47,15 +47,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """F.rms_norm(x, weight.shape, weight, eps) for float32 CPU tensors (weight contiguous)."""
     dim = weight.shape[0]
     if x.dim() == 2 and x.stride(1) == 1:  # a step's rows, as the blocks pass them: no reshape, no view (~9 us)
-        out = torch.empty(x.shape[0], dim)
-        native.rms_norm(x.data_ptr(), x.shape[0], dim, x.stride(0), weight.data_ptr(), out.data_ptr(), dim, eps)
-        return out
-    rows = x.reshape(-1, dim)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
-    out = torch.empty(rows.shape)
+        rows = x
+    else:
+        rows = x.reshape(-1, dim)
+        if rows.stride(-1) != 1:
+            rows = rows.contiguous()
+    out = torch.empty(rows.shape[0], dim)
     native.rms_norm(rows.data_ptr(), rows.shape[0], dim, rows.stride(0), weight.data_ptr(), out.data_ptr(), dim, eps)
-    return out.view(x.shape)
+    return out if rows is x else out.view(x.shape)
 
 
 def rotary(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

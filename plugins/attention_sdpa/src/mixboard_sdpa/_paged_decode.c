@@ -102,6 +102,26 @@ static inline vec exp_nonpositive(vec x) {
     return e * (vec)((n + 127) << 23);
 }
 
+/* One chunk of an online softmax: s[0 .. padded) are scores (-inf where masked), padded a
+ * multiple of LANES. s becomes the weights e^(s - m'), for m' the new running maximum; m and l
+ * move to it; returns the factor the accumulator is rescaled by (0 on the first keys, m = -inf). */
+static inline float softmax_chunk(float *s, long padded, float *m, float *l) {
+    vec top = load(s);
+    for (long t = LANES; t < padded; t += LANES) top = pick(load(s + t) > top, load(s + t), top);
+    float best = *m;
+    for (long k = 0; k < LANES; k++) best = top[k] > best ? top[k] : best;
+    const float rescale = expf(*m - best);
+    vec sum = {0};
+    for (long t = 0; t < padded; t += LANES) {
+        const vec w = pick(load(s + t) == -INFINITY, splat(0.0f), exp_nonpositive(load(s + t) - best));
+        __builtin_memcpy(s + t, &w, sizeof w);
+        sum += w;
+    }
+    *l = *l * rescale + lane_sum(sum);
+    *m = best;
+    return rescale;
+}
+
 /* q . k over D floats: sixteen lanes of partial sums, then the lanes. */
 static inline float dot(const float *q, const float *k, const long D) {
     vec part = {0};
@@ -147,19 +167,7 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
         const long padded = (count + LANES - 1) / LANES * LANES;
         for (long c = 0; c < QH; c++) {  /* online softmax, then the values */
             for (long t = count; t < padded; t++) s[c][t] = -INFINITY;
-            vec top = load(s[c]);
-            for (long t = LANES; t < padded; t += LANES) top = pick(load(s[c] + t) > top, load(s[c] + t), top);
-            float best = m[c];
-            for (long k = 0; k < LANES; k++) best = top[k] > best ? top[k] : best;
-            const float rescale = expf(m[c] - best);  /* 0 on the first keys (m = -inf) */
-            vec sum = {0};
-            for (long t = 0; t < padded; t += LANES) {
-                const vec w = pick(load(s[c] + t) == -INFINITY, splat(0.0f), exp_nonpositive(load(s[c] + t) - best));
-                __builtin_memcpy(s[c] + t, &w, sizeof w);
-                sum += w;
-            }
-            l[c] = l[c] * rescale + lane_sum(sum);
-            m[c] = best;
+            const float rescale = softmax_chunk(s[c], padded, &m[c], &l[c]);
             vec a[MAX_HEAD / LANES];
             for (long b = 0; b < DV; b++) a[b] = load(acc[c] + b * LANES) * rescale;
             for (long d = DV * LANES; d < D; d++) acc[c][d] *= rescale;
@@ -242,21 +250,8 @@ static inline __attribute__((always_inline)) void attend_run(const problem *p, l
                 const long j = j0 + t;
                 values[t] = p->v + (table[j / bs] * bs + j % bs) * row + h * D;
             }
-            for (long c = 0; c < QT; c++) {  /* online softmax */
-                vec top = load(s[c]);
-                for (long t = LANES; t < padded; t += LANES) top = pick(load(s[c] + t) > top, load(s[c] + t), top);
-                float best = m[c];
-                for (long k = 0; k < LANES; k++) best = top[k] > best ? top[k] : best;
-                rescale[c] = expf(m[c] - best);  /* 0 on the first keys (m = -inf); row c sees key 0 */
-                vec sum = {0};
-                for (long t = 0; t < padded; t += LANES) {
-                    const vec w = pick(load(s[c] + t) == -INFINITY, splat(0.0f), exp_nonpositive(load(s[c] + t) - best));
-                    __builtin_memcpy(s[c] + t, &w, sizeof w);
-                    sum += w;
-                }
-                l[c] = l[c] * rescale[c] + lane_sum(sum);
-                m[c] = best;
-            }
+            for (long c = 0; c < QT; c++)  /* every row sees key 0, so m is finite after the first chunk */
+                rescale[c] = softmax_chunk(s[c], padded, &m[c], &l[c]);
             for (long b = 0; b < DV; b++) {  /* values: 16 queries' accumulators per value load */
                 vec a[QT];
                 for (long c = 0; c < QT; c++) a[c] = load(acc[c] + b * LANES) * rescale[c];
@@ -324,13 +319,22 @@ CLONES static void attend_one(const problem *p, long i, long h0, long H) {
  * where there would be fewer items than twice the threads. */
 typedef struct { long i, n, h0, H; } item;  /* n > 0: a run's rows i .. i + n - 1, kv head h0; else row i */
 
+/* The end of the run that row i starts: rows of one sequence at consecutive positions (i + 1 unless tiled). */
+static long run_end(const problem *p, long i, long n, long tiled) {
+    long j = i + 1;
+    while (tiled && j < n && p->rows[j] == p->rows[j - 1] && p->seq_lens[j] == p->seq_lens[j - 1] + 1) j++;
+    return j;
+}
+
 static int attend_all(const problem *p, long n) {
     const long G = p->heads / p->kv_heads, threads = omp_get_max_threads(), tiled = tiles_serve(p);
     long runs = 0, run_rows = 0, longest = 0;
     for (long i = 0, j; tiled && i < n; i = j) {  /* count the runs that take the tiled path */
-        for (j = i + 1; j < n && p->rows[j] == p->rows[j - 1] && p->seq_lens[j] == p->seq_lens[j - 1] + 1; j++) {}
-        if (j - i >= RUN_MIN) runs++, run_rows += j - i;
-        if (j - i >= RUN_MIN && p->seq_lens[j - 1] > longest) longest = p->seq_lens[j - 1];
+        j = run_end(p, i, n, tiled);
+        if (j - i >= RUN_MIN) {
+            runs++, run_rows += j - i;
+            if (p->seq_lens[j - 1] > longest) longest = p->seq_lens[j - 1];
+        }
     }
     const long singles = n - run_rows;
     long split = 1;
@@ -344,8 +348,7 @@ static int attend_all(const problem *p, long n) {
     if (!items) return -1;
     long work = 0;
     for (long i = 0, j; i < n; i = j) {
-        for (j = i + 1; tiled && j < n && p->rows[j] == p->rows[j - 1] && p->seq_lens[j] == p->seq_lens[j - 1] + 1;
-             j++) {}
+        j = run_end(p, i, n, tiled);
         if (j - i >= RUN_MIN) {
             for (long h = 0; h < p->kv_heads; h++)
                 for (long k = 0; k < pieces; k++) {
