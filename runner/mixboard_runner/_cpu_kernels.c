@@ -297,6 +297,15 @@ ROW_CLONES static void rms_norm_row(const float *x, long dim, const float *weigh
     for (long d = 0; d < dim; d++) out[d] = x[d] * r * weight[d];
 }
 
+/* sum += x, then out = rms_norm(sum): a block's residual add and the next norm in one pass over the row
+ * (the same arithmetic as the add, then rms_norm_row). */
+ROW_CLONES static void add_rms_norm_row(float *sum, const float *x, long dim, const float *weight, float eps,
+                                        float *out) {
+#pragma omp simd
+    for (long d = 0; d < dim; d++) sum[d] += x[d];
+    rms_norm_row(sum, dim, weight, eps, out);
+}
+
 /* The index of the first largest value of a row; a NaN counts as the largest, as torch.argmax has it. */
 ROW_CLONES static long argmax_row(const float *x, long n) {
     float top = -INFINITY;
@@ -350,6 +359,26 @@ static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_BEGIN_ALLOW_THREADS
 #pragma omp parallel for schedule(static) if (rows * dim > 65536)
     for (long r = 0; r < rows; r++) rms_norm_row(x + r * ldx, dim, w, eps, out + r * ldo);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* add_rms_norm(sum, rows, dim, lds, x, ldx, weight, out, ldo, eps): sum += x in place, out = RMSNorm(sum). */
+static PyObject *py_add_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long v[9];
+    if (nargs != 10)
+        return PyErr_Format(PyExc_TypeError,
+                            "add_rms_norm(sum, rows, dim, lds, x, ldx, weight, out, ldo, eps) takes 10 arguments");
+    if (read_ints(args, 9, 9, "add_rms_norm", v) < 0) return NULL;  /* all but eps */
+    float eps = (float)PyFloat_AsDouble(args[9]);
+    if (PyErr_Occurred()) return NULL;
+    float *sum = (float *)(intptr_t)v[0], *out = (float *)(intptr_t)v[7];
+    const float *x = (const float *)(intptr_t)v[4], *w = (const float *)(intptr_t)v[6];
+    long rows = v[1], dim = v[2], lds = v[3], ldx = v[5], ldo = v[8];
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel for schedule(static) if (rows * dim > 65536)
+    for (long r = 0; r < rows; r++) add_rms_norm_row(sum + r * lds, x + r * ldx, dim, w, eps, out + r * ldo);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -471,6 +500,9 @@ static PyMethodDef methods[] = {
      "G's and U's panels interleaved (addresses as ints)."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL,
      "rms_norm(x, rows, dim, ldx, weight, out, ldo, eps): RMSNorm of float32 rows (addresses as ints)."},
+    {"add_rms_norm", (PyCFunction)(void (*)(void))py_add_rms_norm, METH_FASTCALL,
+     "add_rms_norm(sum, rows, dim, lds, x, ldx, weight, out, ldo, eps): sum += x in place, then RMSNorm of "
+     "the float32 rows of sum into out (addresses as ints)."},
     {"argmax", (PyCFunction)(void (*)(void))py_argmax, METH_FASTCALL,
      "argmax(x, rows, n, ldx, out): first index of each float32 row's largest value into int64 out."},
     {"rotary", (PyCFunction)(void (*)(void))py_rotary, METH_FASTCALL,

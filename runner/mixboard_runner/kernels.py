@@ -3,7 +3,7 @@
 Products on panels (``models/panels.py``) and row operations of every
 decode step, which torch runs as several dispatched operators each:
 ``rms_norm`` (F.rms_norm on CPU: ~8 operators, ~40 us a call inside a step),
-``rotary`` (in place, reading the cos/sin tables by position: no gathered
+``add_rms_norm`` (the residual add and the norm after it), ``rotary`` (in place, reading the cos/sin tables by position: no gathered
 rows, no rotated copy) and ``argmax`` (greedy sampling over [16, 32000]:
 ~360 us in torch, ~70 us here); and ``huge_pages`` for the large tensors
 streamed every step. The extension is optional (setup.py): where it is not
@@ -55,6 +55,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(rows.shape[0], dim)
     native.rms_norm(rows.data_ptr(), rows.shape[0], dim, rows.stride(0), weight.data_ptr(), out.data_ptr(), dim, eps)
     return out if rows is x else out.view(x.shape)
+
+
+def add_rms_norm(total: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``total += x`` in place, then rms_norm(total): a block's residual add and the next norm in one
+    pass (both [rows, dim] float32 CPU, channels contiguous). The same arithmetic as the two apart."""
+    dim = weight.shape[0]
+    out = torch.empty(total.shape[0], dim)
+    native.add_rms_norm(total.data_ptr(), total.shape[0], dim, total.stride(0), x.data_ptr(), x.stride(0),
+                        weight.data_ptr(), out.data_ptr(), dim, eps)
+    return out
 
 
 def rotary(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

@@ -115,3 +115,30 @@ def test_huge_pages_keep_tensors_as_they_are_and_back_big_ones_with_2mb_pages():
     if mode.exists() and "[never]" not in mode.read_text():  # where Linux allows huge pages, the range is advised
         assert kernels.native.huge_pages(big.data_ptr(), big.numel() * 4) is True
 
+
+
+def test_add_rms_norm_adds_in_place_and_normalizes_the_sum():
+    x, delta, weight = torch.randn(7, 40), torch.randn(7, 40), torch.randn(40)
+    total = delta.clone()
+    normed = kernels.add_rms_norm(total, x, weight, 1e-5)
+    torch.testing.assert_close(total, x + delta, rtol=0, atol=0)
+    torch.testing.assert_close(normed, F.rms_norm(x + delta, (40,), weight, 1e-5), rtol=1e-6, atol=1e-6)
+
+
+def test_norm_add_norm_is_the_add_then_the_norm_on_every_path():
+    x, delta = torch.randn(5, 24), torch.randn(5, 24)
+    native, plain = RMSNorm(24, 1e-5), RMSNorm(24, 1e-5)
+    native.weight.data.normal_()
+    plain.weight.data.copy_(native.weight.data)
+    native.finalize()
+    assert native.native and not plain.native
+    want = F.rms_norm(x + delta, (24,), native.weight, 1e-5)
+    for norm in (native, plain):
+        normed, total = norm.add_norm(x, delta.clone())
+        torch.testing.assert_close(total, x + delta, rtol=0, atol=0)
+        torch.testing.assert_close(normed, want, rtol=1e-6, atol=1e-6)
+    # a bfloat16 model with a float32 residual stream (Mamba's residual_in_fp32)
+    half = RMSNorm(24, 1e-5).to(torch.bfloat16)
+    normed, total = half.add_norm(x, delta.bfloat16(), fp32=True)
+    assert total.dtype == torch.float32 and normed.dtype == torch.bfloat16
+    torch.testing.assert_close(total, x + delta.bfloat16().float(), rtol=0, atol=0)

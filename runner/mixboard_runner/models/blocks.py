@@ -25,6 +25,18 @@ class RMSNorm(nn.Module):
         if self.native:
             self.weight = nn.Parameter(self.weight.detach().contiguous(), requires_grad=False)
 
+    def add_norm(self, x: torch.Tensor, delta: torch.Tensor | None, fp32: bool = False):
+        """(norm(x + delta), x + delta): a residual add and the norm after it (x alone when delta is
+        None; x in float32 first with ``fp32``). ``delta`` is the caller's own tensor: where the kernel
+        serves, the sum is written into it, in the same pass as the norm (kernels.add_rms_norm)."""
+        if delta is None:
+            return self(_as(x, self.weight.dtype)), x
+        if (self.native and x.dtype == delta.dtype == torch.float32 and x.dim() == delta.dim() == 2
+                and x.shape == delta.shape and x.stride(1) == delta.stride(1) == 1):
+            return kernels.add_rms_norm(delta, x, self.weight, self.eps), delta
+        x = x.float() + delta if fp32 else x + delta
+        return self(_as(x, self.weight.dtype)), x
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.native and x.dtype == torch.float32:
             return kernels.rms_norm(x, self.weight, self.eps)
@@ -111,6 +123,11 @@ class Rotary(nn.Module):
         if dim == x.shape[-1]:
             return _rotate(x, cos, sin)
         return torch.cat([_rotate(x[..., :dim], cos, sin), x[..., dim:]], -1)
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # the residual stream is mostly in the norm's dtype already: skip the no-op .to() dispatch
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def _rotate(x, cos, sin):

@@ -18,6 +18,11 @@ from .mixers import MixerLayer
 class Block(nn.Module):
     """x = x + mixer(norm(x)); then, if there is an MLP, x = x + mlp(mlp_norm(x)).
 
+    The block takes and returns the residual stream as a pair (x, delta),
+    x + delta being the stream: each add is left to the norm after it, which
+    does it in the same pass (RMSNorm.add_norm; vLLM fuses its add and norm
+    the same way). Trunk's final norm does the last add.
+
     ``rows`` (the last block of a step): only these rows of the output are
     wanted. The mixer still reads every row (its state must see each token),
     but its output projection, the residual and the MLP run on those rows
@@ -40,17 +45,17 @@ class Block(nn.Module):
     def mixer_layer(self) -> MixerLayer:
         return getattr(self, self.names[1])
 
-    def forward(self, x, positions, step, rows=None):
+    def forward(self, x, delta, positions, step, rows=None):
         norm_name, mixer_name, mlp_norm_name, mlp_name = self.names
-        norm = getattr(self, norm_name)
         # residual_fp32 (Mamba): the residual stream stays float32 between blocks
-        out = getattr(self, mixer_name)(norm(_as(x, norm.weight.dtype)), positions, step, rows)
+        h, x = getattr(self, norm_name).add_norm(x, delta, self.residual_fp32)
+        out = getattr(self, mixer_name)(h, positions, step, rows)
         if rows is not None:
             x = x[rows]
-        x = x.float() + out if self.residual_fp32 else x + out
-        if self.has_mlp:
-            x = x + getattr(self, mlp_name)(getattr(self, mlp_norm_name)(x))
-        return x
+        if not self.has_mlp:
+            return x, out
+        h, x = getattr(self, mlp_norm_name).add_norm(x, out, self.residual_fp32)
+        return x, getattr(self, mlp_name)(h)
 
 
 class Trunk(nn.Module):
@@ -63,17 +68,12 @@ class Trunk(nn.Module):
         setattr(self, norm_name, norm)
 
     def forward(self, input_ids, positions, step, rows=None):
-        x = getattr(self, self.embed_name)(input_ids)
+        x, delta = getattr(self, self.embed_name)(input_ids), None
         last = len(self.layers) - 1
         for i, block in enumerate(self.layers):
-            x = block(x, positions, step, rows if i == last else None)
-        norm = getattr(self, self.norm_name)
-        return norm(_as(x, norm.weight.dtype))
-
-
-def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # the residual stream is mostly in the norm's dtype already: skip the no-op .to() dispatch
-    return x if x.dtype == dtype else x.to(dtype)
+            x, delta = block(x, delta, positions, step, rows if i == last else None)
+        fp32 = bool(self.layers) and self.layers[last].residual_fp32
+        return getattr(self, self.norm_name).add_norm(x, delta, fp32)[0]
 
 
 @dataclass
