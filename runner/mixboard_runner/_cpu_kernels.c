@@ -363,6 +363,27 @@ static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+/* rms_norm_heads(x, tokens, heads, ldt, dim, weight, eps): RMSNorm in place of each head's dim floats,
+ * heads dim apart within a token, tokens ldt apart (the q or k heads of a step's fused qkv product). */
+static PyObject *py_rms_norm_heads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long v[6];
+    if (nargs != 7)
+        return PyErr_Format(PyExc_TypeError, "rms_norm_heads(x, tokens, heads, ldt, dim, weight, eps) takes 7 arguments");
+    if (read_ints(args, 6, 6, "rms_norm_heads", v) < 0) return NULL;  /* all but eps */
+    float eps = (float)PyFloat_AsDouble(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    float *x = (float *)(intptr_t)v[0];
+    const float *w = (const float *)(intptr_t)v[5];
+    long tokens = v[1], heads = v[2], ldt = v[3], dim = v[4];
+    Py_BEGIN_ALLOW_THREADS
+#pragma omp parallel for schedule(static) if (tokens * heads * dim > 65536)
+    for (long t = 0; t < tokens; t++)
+        for (long h = 0; h < heads; h++) rms_norm_row(x + t * ldt + h * dim, dim, w, eps, x + t * ldt + h * dim);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 /* add_rms_norm(sum, rows, dim, lds, x, ldx, weight, out, ldo, eps): sum += x in place, out = RMSNorm(sum). */
 static PyObject *py_add_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -500,6 +521,9 @@ static PyMethodDef methods[] = {
      "G's and U's panels interleaved (addresses as ints)."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL,
      "rms_norm(x, rows, dim, ldx, weight, out, ldo, eps): RMSNorm of float32 rows (addresses as ints)."},
+    {"rms_norm_heads", (PyCFunction)(void (*)(void))py_rms_norm_heads, METH_FASTCALL,
+     "rms_norm_heads(x, tokens, heads, ldt, dim, weight, eps): RMSNorm in place of each float32 head "
+     "(heads dim apart, tokens ldt apart; addresses as ints)."},
     {"add_rms_norm", (PyCFunction)(void (*)(void))py_add_rms_norm, METH_FASTCALL,
      "add_rms_norm(sum, rows, dim, lds, x, ldx, weight, out, ldo, eps): sum += x in place, then RMSNorm of "
      "the float32 rows of sum into out (addresses as ints)."},

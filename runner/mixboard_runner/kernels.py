@@ -3,7 +3,8 @@
 Products on panels (``models/panels.py``) and row operations of every
 decode step, which torch runs as several dispatched operators each:
 ``rms_norm`` (F.rms_norm on CPU: ~8 operators, ~40 us a call inside a step),
-``add_rms_norm`` (the residual add and the norm after it), ``rotary`` (in place, reading the cos/sin tables by position: no gathered
+``add_rms_norm`` (the residual add and the norm after it), ``rms_norm_heads_``
+(in place, per head), ``rotary`` (in place, reading the cos/sin tables by position: no gathered
 rows, no rotated copy) and ``argmax`` (greedy sampling over [16, 32000]:
 ~360 us in torch, ~70 us here); and ``huge_pages`` for the large tensors
 streamed every step. The extension is optional (setup.py): where it is not
@@ -55,6 +56,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(rows.shape[0], dim)
     native.rms_norm(rows.data_ptr(), rows.shape[0], dim, rows.stride(0), weight.data_ptr(), out.data_ptr(), dim, eps)
     return out if rows is x else out.view(x.shape)
+
+
+def rms_norm_heads_(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """Each head of x [T, heads, D] (float32 CPU, heads contiguous: strides (any, D, 1)) replaced by
+    rms_norm of it, in place: the q and k heads of a fused qkv product, with no copy out and back."""
+    native.rms_norm_heads(x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), x.shape[2], weight.data_ptr(), eps)
 
 
 def add_rms_norm(total: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -142,3 +142,20 @@ def test_norm_add_norm_is_the_add_then_the_norm_on_every_path():
     normed, total = half.add_norm(x, delta.bfloat16(), fp32=True)
     assert total.dtype == torch.float32 and normed.dtype == torch.bfloat16
     torch.testing.assert_close(total, x + delta.bfloat16().float(), rtol=0, atol=0)
+
+
+def test_heads_normalized_in_place_inside_a_wider_product():
+    qkv = torch.randn(6, 5 * 16)  # 3 q heads, 1 k head, 1 v head of 16, as a fused product lays them
+    q = qkv[:, :48].view(6, 3, 16)
+    weight = torch.randn(16)
+    want, untouched = F.rms_norm(q, (16,), weight, 1e-6), qkv[:, 48:].clone()
+    native, plain = RMSNorm(16, 1e-6), RMSNorm(16, 1e-6)
+    native.weight.data.copy_(weight)
+    plain.weight.data.copy_(weight)
+    native.finalize()
+    for norm in (native, plain):
+        again = qkv.clone()
+        out = norm.heads_(again[:, :48].view(6, 3, 16))
+        assert out.data_ptr() == again.data_ptr()
+        torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(again[:, 48:], untouched, rtol=0, atol=0)

@@ -37,6 +37,14 @@ class RMSNorm(nn.Module):
         x = x.float() + delta if fp32 else x + delta
         return self(_as(x, self.weight.dtype)), x
 
+    def heads_(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, heads, D], each head normalized in place (LFM2's q and k norms inside the fused
+        qkv product's output); returns x."""
+        if self.native and x.dtype == torch.float32 and x.stride(2) == 1 and x.stride(1) == x.shape[2]:
+            kernels.rms_norm_heads_(x, self.weight, self.eps)
+            return x
+        return x.copy_(self(x))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.native and x.dtype == torch.float32:
             return kernels.rms_norm(x, self.weight, self.eps)

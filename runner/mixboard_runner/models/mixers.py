@@ -67,16 +67,13 @@ class AttentionLayer(MixerLayer):
         h, kv, d = s.num_heads, s.num_kv_heads, s.head_size
         qkv = self.qkv_proj(x)
         v = qkv[:, (h + kv) * d:].view(t, kv, d)
-        if self.qk_norm:
-            q = self.q_layernorm(qkv[:, :h * d].view(t, h, d))
-            k = self.k_layernorm(qkv[:, h * d:(h + kv) * d].view(t, kv, d))
-            if self.rotary is not None:
-                q, k = self.rotary(q, positions, step), self.rotary(k, positions, step)
-        else:
-            qk = qkv[:, :(h + kv) * d].view(t, h + kv, d)
-            if self.rotary is not None:  # q and k side by side: one rotation
-                qk = self.rotary(qk, positions, step)
-            q, k = qk[:, :h], qk[:, h:]
+        qk = qkv[:, :(h + kv) * d].view(t, h + kv, d)
+        if self.qk_norm:  # in place: qkv is this layer's own
+            self.q_layernorm.heads_(qk[:, :h])
+            self.k_layernorm.heads_(qk[:, h:])
+        if self.rotary is not None:  # q and k side by side: one rotation
+            qk = self.rotary(qk, positions, step)
+        q, k = qk[:, :h], qk[:, h:]
         impl, state, meta = step.lookup(self.layer_name)
         out = impl.forward(q, k, v, state, meta)
         return getattr(self, self.out_name)(_at(rows, out.reshape(t, -1)))
