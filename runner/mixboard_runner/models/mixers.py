@@ -63,20 +63,21 @@ class AttentionLayer(MixerLayer):
         del self.q_proj, self.k_proj, self.v_proj
 
     def forward(self, x, positions, step, rows=None):
-        t, s = x.shape[0], self.spec
+        t, s, modules = x.shape[0], self.spec, self._modules  # see model.Block.forward
         h, kv, d = s.num_heads, s.num_kv_heads, s.head_size
-        qkv = self.qkv_proj(x)
+        qkv = modules["qkv_proj"](x)
         v = qkv[:, (h + kv) * d:].view(t, kv, d)
         qk = qkv[:, :(h + kv) * d].view(t, h + kv, d)
         if self.qk_norm:  # in place: qkv is this layer's own
-            self.q_layernorm.heads_(qk[:, :h])
-            self.k_layernorm.heads_(qk[:, h:])
-        if self.rotary is not None:  # q and k side by side: one rotation
-            qk = self.rotary(qk, positions, step)
+            modules["q_layernorm"].heads_(qk[:, :h])
+            modules["k_layernorm"].heads_(qk[:, h:])
+        rotary = modules.get("rotary")  # None: not a module, so not registered
+        if rotary is not None:  # q and k side by side: one rotation
+            qk = rotary(qk, positions, step)
         q, k = qk[:, :h], qk[:, h:]
         impl, state, meta = step.lookup(self.layer_name)
         out = impl.forward(q, k, v, state, meta)
-        return getattr(self, self.out_name)(_at(rows, out.reshape(t, -1)))
+        return modules[self.out_name](_at(rows, out.reshape(t, -1)))
 
 
 class Mamba1Layer(MixerLayer):
@@ -104,10 +105,11 @@ class Mamba1Layer(MixerLayer):
         del self.x_proj, self.dt_proj  # the backend applies them, from the record: not the model's to pack
 
     def forward(self, x, positions, step, rows=None):
-        xz = self.in_proj(x)
+        modules = self._modules  # see model.Block.forward
+        xz = modules["in_proj"](x)
         d = self.spec.d_inner
         impl, state, meta = step.lookup(self.layer_name)
-        return self.out_proj(_at(rows, impl.forward(xz[:, :d], xz[:, d:], self.weights, state, meta)))
+        return modules["out_proj"](_at(rows, impl.forward(xz[:, :d], xz[:, d:], self.weights, state, meta)))
 
 
 class Mamba2Layer(MixerLayer):
@@ -133,11 +135,12 @@ class Mamba2Layer(MixerLayer):
         )
 
     def forward(self, x, positions, step, rows=None):
-        proj = self.in_proj(x)
+        modules = self._modules  # see model.Block.forward
+        proj = modules["in_proj"](x)
         s = self.spec
         z, xbc, dt = proj.split([s.d_inner, s.conv_dim, s.num_heads], dim=-1)
         impl, state, meta = step.lookup(self.layer_name)
-        return self.out_proj(_at(rows, impl.forward(z, xbc, dt, self.weights, state, meta)))
+        return modules["out_proj"](_at(rows, impl.forward(z, xbc, dt, self.weights, state, meta)))
 
 
 class ShortConvLayer(MixerLayer):
@@ -154,9 +157,10 @@ class ShortConvLayer(MixerLayer):
         self.weights = ShortConvWeights(conv_weight=self.conv.weight[:, 0].detach(), conv_bias=_detach(self.conv.bias))
 
     def forward(self, x, positions, step, rows=None):
-        b, c, xx = self.in_proj(x).chunk(3, dim=-1)
+        modules = self._modules  # see model.Block.forward
+        b, c, xx = modules["in_proj"](x).chunk(3, dim=-1)
         impl, state, meta = step.lookup(self.layer_name)
-        return self.out_proj(_at(rows, impl.forward(b, c, xx, self.weights, state, meta)))
+        return modules["out_proj"](_at(rows, impl.forward(b, c, xx, self.weights, state, meta)))
 
 
 def _detach(t):
