@@ -345,41 +345,34 @@ static int read_ints(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, c
     return 0;
 }
 
-/* rms_norm(x, rows, dim, ldx, weight, out, ldo, eps): addresses as ints, eps a float. */
-static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    long long v[7];
-    if (nargs != 8) return PyErr_Format(PyExc_TypeError, "rms_norm(x, rows, dim, ldx, weight, out, ldo, eps) takes 8 arguments");
-    if (read_ints(args, 7, 7, "rms_norm", v) < 0) return NULL;  /* all but eps */
-    float eps = (float)PyFloat_AsDouble(args[7]);
-    if (PyErr_Occurred()) return NULL;
-    const float *x = (const float *)(intptr_t)v[0], *w = (const float *)(intptr_t)v[4];
-    float *out = (float *)(intptr_t)v[5];
-    long rows = v[1], dim = v[2], ldx = v[3], ldo = v[6];
-    Py_BEGIN_ALLOW_THREADS
-#pragma omp parallel for schedule(static) if (rows * dim > 65536)
-    for (long r = 0; r < rows; r++) rms_norm_row(x + r * ldx, dim, w, eps, out + r * ldo);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
+/* A norm's arguments: `want` integers (addresses and sizes), then eps as a float; -1 with a Python error set. */
+static int read_norm_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage, long long *out,
+                          float *eps) {
+    if (nargs != want + 1) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", usage, want + 1);
+        return -1;
+    }
+    if (read_ints(args, want, want, usage, out) < 0) return -1;
+    *eps = (float)PyFloat_AsDouble(args[want]);
+    return PyErr_Occurred() ? -1 : 0;
 }
 
-/* rms_norm_heads(x, tokens, heads, ldt, dim, weight, eps): RMSNorm in place of each head's dim floats,
- * heads dim apart within a token, tokens ldt apart (the q or k heads of a step's fused qkv product). */
-static PyObject *py_rms_norm_heads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* rms_norm(x, rows, heads, ldx, dim, weight, out, ldo, eps): RMSNorm of each head's dim floats, heads dim
+ * apart within a row, rows ldx apart in x and ldo in out (out == x: in place, as rms_norm_row allows). One
+ * head a row: a step's rows; several: the q or k heads of a fused qkv product. Addresses as ints. */
+static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[6];
-    if (nargs != 7)
-        return PyErr_Format(PyExc_TypeError, "rms_norm_heads(x, tokens, heads, ldt, dim, weight, eps) takes 7 arguments");
-    if (read_ints(args, 6, 6, "rms_norm_heads", v) < 0) return NULL;  /* all but eps */
-    float eps = (float)PyFloat_AsDouble(args[6]);
-    if (PyErr_Occurred()) return NULL;
-    float *x = (float *)(intptr_t)v[0];
-    const float *w = (const float *)(intptr_t)v[5];
-    long tokens = v[1], heads = v[2], ldt = v[3], dim = v[4];
+    long long v[8];
+    float eps;
+    if (read_norm_args(args, nargs, 8, "rms_norm(x, rows, heads, ldx, dim, weight, out, ldo, eps)", v, &eps) < 0)
+        return NULL;
+    const float *x = (const float *)(intptr_t)v[0], *w = (const float *)(intptr_t)v[5];
+    float *out = (float *)(intptr_t)v[6];
+    long rows = v[1], heads = v[2], ldx = v[3], dim = v[4], ldo = v[7];
     Py_BEGIN_ALLOW_THREADS
-#pragma omp parallel for schedule(static) if (tokens * heads * dim > 65536)
-    for (long t = 0; t < tokens; t++)
-        for (long h = 0; h < heads; h++) rms_norm_row(x + t * ldt + h * dim, dim, w, eps, x + t * ldt + h * dim);
+#pragma omp parallel for schedule(static) if (rows * heads * dim > 65536)
+    for (long r = 0; r < rows; r++)
+        for (long h = 0; h < heads; h++) rms_norm_row(x + r * ldx + h * dim, dim, w, eps, out + r * ldo + h * dim);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -388,12 +381,9 @@ static PyObject *py_rms_norm_heads(PyObject *self, PyObject *const *args, Py_ssi
 static PyObject *py_add_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     long long v[9];
-    if (nargs != 10)
-        return PyErr_Format(PyExc_TypeError,
-                            "add_rms_norm(sum, rows, dim, lds, x, ldx, weight, out, ldo, eps) takes 10 arguments");
-    if (read_ints(args, 9, 9, "add_rms_norm", v) < 0) return NULL;  /* all but eps */
-    float eps = (float)PyFloat_AsDouble(args[9]);
-    if (PyErr_Occurred()) return NULL;
+    float eps;
+    if (read_norm_args(args, nargs, 9, "add_rms_norm(sum, rows, dim, lds, x, ldx, weight, out, ldo, eps)", v, &eps) < 0)
+        return NULL;
     float *sum = (float *)(intptr_t)v[0], *out = (float *)(intptr_t)v[7];
     const float *x = (const float *)(intptr_t)v[4], *w = (const float *)(intptr_t)v[6];
     long rows = v[1], dim = v[2], lds = v[3], ldx = v[5], ldo = v[8];
@@ -520,10 +510,8 @@ static PyMethodDef methods[] = {
      "gated_linear(x, M, K, ldx, w, N, bias, y, ldy): y = silu(x @ G.T + bias[:N]) * (x @ U.T + bias[N:]), "
      "G's and U's panels interleaved (addresses as ints)."},
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL,
-     "rms_norm(x, rows, dim, ldx, weight, out, ldo, eps): RMSNorm of float32 rows (addresses as ints)."},
-    {"rms_norm_heads", (PyCFunction)(void (*)(void))py_rms_norm_heads, METH_FASTCALL,
-     "rms_norm_heads(x, tokens, heads, ldt, dim, weight, eps): RMSNorm in place of each float32 head "
-     "(heads dim apart, tokens ldt apart; addresses as ints)."},
+     "rms_norm(x, rows, heads, ldx, dim, weight, out, ldo, eps): RMSNorm of each float32 head of each row "
+     "(heads dim apart; out may be x; addresses as ints)."},
     {"add_rms_norm", (PyCFunction)(void (*)(void))py_add_rms_norm, METH_FASTCALL,
      "add_rms_norm(sum, rows, dim, lds, x, ldx, weight, out, ldo, eps): sum += x in place, then RMSNorm of "
      "the float32 rows of sum into out (addresses as ints)."},

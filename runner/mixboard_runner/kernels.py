@@ -54,14 +54,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if rows.stride(-1) != 1:
             rows = rows.contiguous()
     out = torch.empty(rows.shape[0], dim)
-    native.rms_norm(rows.data_ptr(), rows.shape[0], dim, rows.stride(0), weight.data_ptr(), out.data_ptr(), dim, eps)
+    native.rms_norm(rows.data_ptr(), rows.shape[0], 1, rows.stride(0), dim, weight.data_ptr(), out.data_ptr(), dim, eps)
     return out if rows is x else out.view(x.shape)
 
 
 def rms_norm_heads_(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """Each head of x [T, heads, D] (float32 CPU, heads contiguous: strides (any, D, 1)) replaced by
     rms_norm of it, in place: the q and k heads of a fused qkv product, with no copy out and back."""
-    native.rms_norm_heads(x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), x.shape[2], weight.data_ptr(), eps)
+    native.rms_norm(x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), x.shape[2], weight.data_ptr(), x.data_ptr(),
+                    x.stride(0), eps)
 
 
 def add_rms_norm(total: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
