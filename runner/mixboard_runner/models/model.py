@@ -62,8 +62,7 @@ class Block(nn.Module):
 
 
 class Trunk(nn.Module):
-    def __init__(self, embed_name: str, embed: nn.Embedding, blocks: list[Block], norm_name: str, norm: nn.Module,
-                 norm_first: bool = False):
+    def __init__(self, embed_name: str, embed: nn.Embedding, blocks: list[Block], norm_name: str, norm: nn.Module):
         super().__init__()
         self.embed_name, self.norm_name = embed_name, norm_name
         setattr(self, embed_name, embed)
