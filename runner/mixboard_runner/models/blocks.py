@@ -17,15 +17,18 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    native = False  # set by finalize()
-    kernel_weight: torch.Tensor | None = None  # the weight as a plain attribute where native (see finalize)
+    kernel_weight: torch.Tensor | None = None  # the weight, where the kernels serve it (set by finalize)
+
+    @property
+    def native(self) -> bool:
+        """Whether the norm runs on the runner's kernels (CPU, float32)."""
+        return self.kernel_weight is not None
 
     def finalize(self) -> None:
         """On CPU in float32 the norm is one kernel call (kernels.rms_norm) instead of F.rms_norm's operators.
         The kernels read the weight from a plain attribute: ``self.weight`` goes through nn.Module's
         ``__getattr__``, a Python call (~0.9 us; 28 a step of lfm2)."""
-        self.native = kernels.serves(self.weight.device, self.weight.dtype)
-        if self.native:
+        if kernels.serves(self.weight.device, self.weight.dtype):
             self.weight = nn.Parameter(self.weight.detach().contiguous(), requires_grad=False)
             self.kernel_weight = self.weight.detach()
 
@@ -33,28 +36,27 @@ class RMSNorm(nn.Module):
         """(norm(x + delta), x + delta): a residual add and the norm after it (x alone when delta is
         None; x in float32 first with ``fp32``). ``delta`` is the caller's own tensor: where the kernel
         serves, the sum is written into it, in the same pass as the norm (kernels.add_rms_norm)."""
-        if self.native and x.dtype == torch.float32:
-            if delta is None:
-                return kernels.rms_norm(x, self.kernel_weight, self.eps), x
-            if (delta.dtype == torch.float32 and x.dim() == delta.dim() == 2 and x.shape == delta.shape
-                    and x.stride(1) == delta.stride(1) == 1):
-                return kernels.add_rms_norm(delta, x, self.kernel_weight, self.eps), delta
-        if delta is None:
-            return self(_as(x, self.weight.dtype)), x
-        x = x.float() + delta if fp32 else x + delta
+        if delta is not None:
+            w = self.kernel_weight
+            if (w is not None and x.dtype == delta.dtype == torch.float32 and x.dim() == delta.dim() == 2
+                    and x.shape == delta.shape and x.stride(1) == delta.stride(1) == 1):
+                return kernels.add_rms_norm(delta, x, w, self.eps), delta
+            x = x.float() + delta if fp32 else x + delta
         return self(_as(x, self.weight.dtype)), x
 
     def heads_(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, heads, D], each head normalized in place (LFM2's q and k norms inside the fused
         qkv product's output); returns x."""
-        if self.native and x.dtype == torch.float32 and x.stride(2) == 1 and x.stride(1) == x.shape[2]:
-            kernels.rms_norm_heads_(x, self.kernel_weight, self.eps)
+        w = self.kernel_weight
+        if w is not None and x.dtype == torch.float32 and x.stride(2) == 1 and x.stride(1) == x.shape[2]:
+            kernels.rms_norm_heads_(x, w, self.eps)
             return x
         return x.copy_(self(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.native and x.dtype == torch.float32:
-            return kernels.rms_norm(x, self.kernel_weight, self.eps)
+        w = self.kernel_weight
+        if w is not None and x.dtype == torch.float32:
+            return kernels.rms_norm(x, w, self.eps)
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
             # the same arithmetic as below in one call (bitwise equal in float32)
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)

@@ -38,7 +38,7 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
 
     def _prefills(self, step, x, dts, A, B, C, ssm_pool, y) -> None:
         if not (ssm_pool.dtype == torch.float32 and ssm_pool.is_contiguous() and y.is_contiguous()
-                and _row_contiguous(x) and _row_contiguous(B) and _row_contiguous(C) and _row_contiguous(dts) and B.stride(0) == C.stride(0)):
+                and all(_row_contiguous(t) for t in (x, B, C, dts)) and B.stride(0) == C.stride(0)):
             return super()._prefills(step, x, dts, A, B, C, ssm_pool, y)
         spec = self.spec
         runs = step.common.sequence_rows[step.num_decodes:]  # the prefills' rows: (start, end, slot, continues)
