@@ -17,7 +17,7 @@ from torch.nn import init
 from mixboard.dtypes import torch_dtype
 
 from .models import ARCHITECTURES, demo
-from .models.config import ConfigReader, ModelError
+from .models.config import ConfigReader, ModelError, show
 from .models.linear import products  # noqa: F401  (the engine says what runs the projections)
 from .models.model import CausalLM
 from .weights_file import read_tensors
@@ -31,17 +31,21 @@ def read_config(path: str | Path) -> dict:
     if not directory.is_dir():
         raise ModelError(f"model {str(path)!r} is not a directory (give a Hugging Face style folder, or 'demo')")
     config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise ModelError(f"{directory} has no config.json")
     try:
-        config = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = config_path.read_bytes()
+    except FileNotFoundError:
+        raise ModelError(f"{directory} has no config.json") from None
+    except OSError as exc:  # a directory, no permission, an I/O error
+        raise ModelError(f"cannot read {config_path}: {exc.strerror or exc}") from None
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8 (both ValueErrors), or absurd nesting
         raise ModelError(f"{config_path} is not valid JSON: {exc}") from None
     if not isinstance(config, dict):
         raise ModelError(f"{config_path} must hold a JSON object")
     model_type = config.get("model_type")
-    if model_type not in ARCHITECTURES:
-        raise ModelError(f"{config_path}: model_type {model_type!r} is not supported; supported: "
+    if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
+        raise ModelError(f"{config_path}: model_type {show(model_type)} is not supported; supported: "
                          f"{', '.join(sorted(ARCHITECTURES))}")
     return config
 

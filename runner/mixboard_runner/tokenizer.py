@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .loader import DEMO
+from .models.config import ModelError
 from .models.demo import EOS
 
 
@@ -23,9 +24,15 @@ class ByteTokenizer:
 
 class HFTokenizer:
     def __init__(self, path: Path):
-        from tokenizers import Tokenizer
-
-        self._tok = Tokenizer.from_file(str(path))
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise ModelError(f"{path} needs the tokenizers library: pip install tokenizers") from None
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the library raises a bare Exception for unreadable and malformed files
+            message = " ".join(str(exc).split())  # one line, whatever the library wrote
+            raise ModelError(f"{path} cannot be loaded by the tokenizers library: {message}") from None
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text).ids

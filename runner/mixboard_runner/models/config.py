@@ -1,4 +1,9 @@
-"""Reading a Hugging Face ``config.json`` with errors that say what is wrong."""
+"""Reading a Hugging Face ``config.json`` with errors that say what is wrong.
+
+Every value a builder uses is read and checked here before any module is
+built: a bad one is a ModelError naming the key, the value and what is
+wanted. Sizes are bounded so that an absurd config fails at once instead of
+building for minutes; the bounds sit far above every released model."""
 
 from __future__ import annotations
 
@@ -7,9 +12,44 @@ from typing import Any
 
 from mixboard.errors import UsageError
 
+# The deepest released models have ~130 layers; building 1024 on the meta device is well under a second.
+MAX_LAYERS = 1024
+# Any one width, head count, state size or vocabulary (released vocabularies are below 2**19). Products of
+# two such sizes stay far from overflowing a tensor's element count.
+MAX_SIZE = 2 ** 24
+ROPE_SCALINGS = ("default", "linear", "llama3")
+
+_REQUIRED = object()
+
 
 class ModelError(UsageError):
     """A model directory, config or checkpoint that cannot be used as it is."""
+
+
+def show(value, limit: int = 60) -> str:
+    """repr(value), cut short: a message stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_size(label: str, value, low: int = 1, high: int | None = MAX_SIZE) -> int:
+    if not _is_int(value) or value < low or (high is not None and value > high):
+        wanted = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+        raise ModelError(f"config.json: {label} must be {wanted}, not {show(value)}")
+    return value
+
+
+def check_number(label: str, value, zero_ok: bool = False) -> float:
+    """A finite number above 0 (or >= 0 with ``zero_ok``)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not zero_ok):
+        wanted = "a finite number >= 0" if zero_ok else "a finite number above 0"
+        raise ModelError(f"config.json: {label} must be {wanted}, not {show(value)}")
+    return float(value)
 
 
 class ConfigReader:
@@ -17,10 +57,14 @@ class ConfigReader:
         self.config = config
         self.model_type = model_type
 
-    def req(self, key: str, kind: type = int):
-        if self.config.get(key) is None:
+    def _value(self, key: str, default):
+        value = self.config.get(key)
+        if value is None and default is _REQUIRED:
             raise ModelError(f"config.json has no {key!r}, which a {self.model_type} model needs")
-        return self._typed(key, self.config[key], kind)
+        return value
+
+    def req(self, key: str, kind: type = int):
+        return self._typed(key, self._value(key, _REQUIRED), kind)
 
     def opt(self, key: str, default, kind: type | None = None):
         value = self.config.get(key)
@@ -31,36 +75,123 @@ class ConfigReader:
     def _typed(self, key, value, kind):
         if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        if kind is int and _is_int(value):
             return value
         if kind in (bool, str, list, dict) and isinstance(value, kind):
             return value
-        raise ModelError(f"config.json: {key!r} must be {kind.__name__}, not {value!r}")
+        raise ModelError(f"config.json: {key!r} must be {kind.__name__}, not {show(value)}")
 
-    def rope(self) -> tuple[float, dict | None, float]:
-        """(theta, scaling, partial_rotary_factor) from transformers 5's
-        ``rope_parameters`` or the older ``rope_theta`` / ``rope_scaling``."""
-        params = self.config.get("rope_parameters") or {}
-        scaling = self.config.get("rope_scaling") or None
-        theta = params.get("rope_theta", self.config.get("rope_theta", 10000.0))
-        partial = params.get("partial_rotary_factor", self.config.get("partial_rotary_factor", 1.0))
+    def size(self, key: str, default=_REQUIRED, *, low: int = 1, high: int | None = MAX_SIZE):
+        """A width, head count or the like: an int in [low, high] (high None: unbounded, for limits
+        such as max_position_embeddings that allocate nothing). ``default`` when the key is absent or null."""
+        value = self._value(key, default)
+        return default if value is None else check_size(repr(key), value, low, high)
+
+    def layers(self, key: str = "num_hidden_layers") -> int:
+        return self.size(key, high=MAX_LAYERS)
+
+    def number(self, key: str, default=_REQUIRED, *, zero_ok: bool = False):
+        value = self._value(key, default)
+        return default if value is None else check_number(repr(key), value, zero_ok)
+
+    def indices(self, key: str) -> list[int]:
+        """A list of layer indices (ints >= 0); empty when absent."""
+        value = self.config.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(_is_int(i) and i >= 0 for i in value):
+            raise ModelError(f"config.json: {key!r} must be a list of layer indices (integers >= 0), not {show(value)}")
+        return value
+
+    def divisible(self, key: str, value: int, by_key: str, by: int, note: str = "") -> None:
+        if value % by:
+            raise ModelError(f"config.json: {key!r} ({value}) must be a multiple of {by_key!r} ({by}){note}")
+
+    def derived(self, what: str, value) -> int:
+        """A size computed from several keys (``what`` says how), bounded as each key is."""
+        if not 1 <= value <= MAX_SIZE:
+            raise ModelError(f"config.json: {what} is {show(value)}; it must be from 1 to {MAX_SIZE}")
+        return int(value)
+
+    def spec(self, cls, **fields):
+        """A kind's spec; its own checks (ValueError sentences) become ModelError."""
+        try:
+            return cls(**fields)
+        except ValueError as exc:
+            raise ModelError(f"config.json: {exc}") from None
+
+    def rope(self, head_size: int) -> tuple[float, dict | None, int]:
+        """(theta, scaling, rotary_dim) from transformers 5's ``rope_parameters``
+        or the older ``rope_theta`` / ``rope_scaling`` / ``partial_rotary_factor``."""
+        params = self.config.get("rope_parameters")
+        if params is None:
+            params = {}
+        elif not isinstance(params, dict):
+            raise ModelError(f"config.json: 'rope_parameters' must be an object, not {show(params)}")
+
+        def pick(key, default):  # rope_parameters wins over the top level; each one present is checked
+            value = default
+            for label, source in ((repr(key), self.config), (f"'rope_parameters.{key}'", params)):
+                if source.get(key) is not None:
+                    value = check_number(label, source[key])
+            return value
+
+        theta, partial = pick("rope_theta", 10000.0), pick("partial_rotary_factor", 1.0)
+        rotary_dim = int(head_size * partial)
+        if partial > 1 or rotary_dim < 2 or rotary_dim % 2:
+            raise ModelError(f"config.json: rotary embedding needs an even number of channels from 2 to head_dim "
+                             f"({head_size}), but head_dim x partial_rotary_factor ({partial}) gives {rotary_dim}")
+        key, scaling = "rope_scaling", self.config.get("rope_scaling") or None
         if params.get("rope_type", "default") != "default":
-            scaling = params
-        return float(theta), scaling, float(partial)
+            key, scaling = "rope_parameters", params
+        return theta, _rope_scaling(key, scaling), rotary_dim
 
     def eos_ids(self) -> tuple[int, ...]:
         eos = self.config.get("eos_token_id")
         if eos is None:
             return ()
-        return tuple(eos) if isinstance(eos, list) else (int(eos),)
+        ids = eos if isinstance(eos, list) else [eos]
+        if not all(_is_int(i) and i >= 0 for i in ids):
+            raise ModelError(f"config.json: 'eos_token_id' must be a token id or a list of token ids "
+                             f"(integers >= 0), not {show(eos)}")
+        return tuple(ids)
 
     def time_step_limit(self) -> tuple[float, float]:
         value = self.config.get("time_step_limit") or (0.0, math.inf)
         try:
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(value)
             low, high = (_json_float(v) for v in value)
         except (TypeError, ValueError):
-            raise ModelError(f"config.json: 'time_step_limit' must be [low, high], not {value!r}") from None
+            low = high = math.nan
+        if not 0 <= low <= high:  # NaN fails too
+            raise ModelError(f"config.json: 'time_step_limit' must be [low, high] with 0 <= low <= high, "
+                             f"not {show(value)}")
         return low, high
+
+
+def _rope_scaling(key: str, scaling) -> dict | None:
+    """The rope scaling the runner applies (models.blocks.Rotary), checked: an unsupported one
+    fails here, not at the first forward."""
+    if scaling is None:
+        return None
+    if not isinstance(scaling, dict):
+        raise ModelError(f"config.json: {key!r} must be an object, not {show(scaling)}")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind not in ROPE_SCALINGS:
+        raise ModelError(f"config.json: {key!r} has rope type {show(kind)}, which mixboard does not support "
+                         f"(supported: {', '.join(ROPE_SCALINGS)})")
+    if kind == "default":
+        return None
+    check_number(f"'{key}.factor'", scaling.get("factor"))
+    if kind == "llama3":
+        low = check_number(f"'{key}.low_freq_factor'", scaling.get("low_freq_factor"))
+        high = check_number(f"'{key}.high_freq_factor'", scaling.get("high_freq_factor"))
+        if not low < high:
+            raise ModelError(f"config.json: {key!r}: low_freq_factor ({low}) must be below high_freq_factor ({high})")
+        check_size(f"'{key}.original_max_position_embeddings'", scaling.get("original_max_position_embeddings"),
+                   high=None)
+    return scaling
 
 
 def _json_float(value) -> float:

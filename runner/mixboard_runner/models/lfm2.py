@@ -7,36 +7,53 @@ from torch import nn
 from mixboard import ShortConvSpec
 
 from .blocks import GatedMLP, RMSNorm
-from .config import ConfigReader, ModelError
+from .config import ConfigReader, ModelError, show
 from .llama import attention_from
 from .mixers import AttentionLayer, ShortConvLayer
 from .model import Block, CausalLM, ModelInfo, Trunk
 
+LAYER_TYPES = ("conv", "full_attention")
+
 
 def _mlp_size(cfg: ConfigReader) -> int:
-    size = cfg.req("intermediate_size")
-    if cfg.opt("block_auto_adjust_ff_dim", True):
-        size = int(2 * size / 3)
-        multiplier = cfg.config.get("block_ffn_dim_multiplier")
-        if multiplier is not None:
-            size = int(multiplier * size)
-            multiple = cfg.opt("block_multiple_of", 256, int)
-            size = multiple * ((size + multiple - 1) // multiple)
-    return size
+    size = cfg.size("intermediate_size")
+    if not cfg.opt("block_auto_adjust_ff_dim", True):
+        return size
+    what = "the feed-forward size (intermediate_size x 2/3"
+    size = int(2 * size / 3)
+    multiplier = cfg.number("block_ffn_dim_multiplier", None)
+    if multiplier is not None:
+        multiple = cfg.size("block_multiple_of", 256)
+        what += " x block_ffn_dim_multiplier, rounded up to block_multiple_of"
+        size = cfg.derived(what + ")", multiplier * size)
+        size = multiple * ((size + multiple - 1) // multiple)
+    return cfg.derived(what + ")", size)
+
+
+def _layer_types(cfg: ConfigReader, n_layers: int) -> list[str]:
+    types = cfg.config.get("layer_types")
+    if types is None:
+        attn = set(cfg.indices("full_attn_idxs"))
+        return ["full_attention" if i in attn else "conv" for i in range(n_layers)]
+    if not isinstance(types, list) or not all(isinstance(t, str) and t in LAYER_TYPES for t in types):
+        wanted = " or ".join(map(repr, LAYER_TYPES))
+        raise ModelError(f"config.json: 'layer_types' must be a list of {wanted}, not {show(types)}")
+    if len(types) != n_layers:
+        raise ModelError(f"config.json: layer_types has {len(types)} entries for {n_layers} layers")
+    return types
 
 
 def build(cfg: ConfigReader, dtype: str) -> CausalLM:
-    hidden, eps = cfg.req("hidden_size"), cfg.opt("norm_eps", 1e-5, float)
-    n_layers = cfg.req("num_hidden_layers")
-    types = cfg.config.get("layer_types")
-    if types is None:
-        attn = set(cfg.opt("full_attn_idxs", [], list))
-        types = ["full_attention" if i in attn else "conv" for i in range(n_layers)]
-    if len(types) != n_layers:
-        raise ModelError(f"config.json: layer_types has {len(types)} entries for {n_layers} layers")
+    hidden, n_layers = cfg.size("hidden_size"), cfg.layers()
+    eps = cfg.number("norm_eps", 1e-5, zero_ok=True)
+    types = _layer_types(cfg, n_layers)
     attn_spec, rotary = attention_from(cfg, dtype)
-    conv_spec = ShortConvSpec(hidden_size=hidden, conv_width=cfg.opt("conv_L_cache", 3, int),
-                              conv_bias=cfg.opt("conv_bias", False), dtype=dtype)
+    conv_spec = cfg.spec(ShortConvSpec, hidden_size=hidden, conv_width=cfg.size("conv_L_cache", 3, low=2),
+                         conv_bias=cfg.opt("conv_bias", False), dtype=dtype)
+    mlp = _mlp_size(cfg)
+    info = ModelInfo("lfm2", cfg.size("vocab_size"), hidden, cfg.size("max_position_embeddings", None, high=None),
+                     cfg.eos_ids())
+    tie = cfg.opt("tie_word_embeddings", True)
     blocks = []
     for i, layer_type in enumerate(types):
         name = f"model.layers.{i}"
@@ -46,7 +63,6 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
             mixer_name = "self_attn"
             mixer = AttentionLayer(f"{name}.self_attn", hidden, attn_spec, rotary, out_name="out_proj", qk_norm_eps=eps)
         blocks.append(Block("operator_norm", RMSNorm(hidden, eps), mixer_name, mixer, "ffn_norm", RMSNorm(hidden, eps),
-                            "feed_forward", GatedMLP(hidden, _mlp_size(cfg), names=("w1", "w3", "w2"))))
-    info = ModelInfo("lfm2", cfg.req("vocab_size"), hidden, cfg.opt("max_position_embeddings", None, int), cfg.eos_ids())
+                            "feed_forward", GatedMLP(hidden, mlp, names=("w1", "w3", "w2"))))
     trunk = Trunk("embed_tokens", nn.Embedding(info.vocab_size, hidden), blocks, "embedding_norm", RMSNorm(hidden, eps))
-    return CausalLM(info, "model", trunk, cfg.opt("tie_word_embeddings", True))
+    return CausalLM(info, "model", trunk, tie)

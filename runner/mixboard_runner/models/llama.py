@@ -13,27 +13,38 @@ from .model import Block, CausalLM, ModelInfo, Trunk
 
 
 def attention_from(cfg: ConfigReader, dtype: str) -> tuple[AttentionSpec, Rotary]:
-    hidden, heads = cfg.req("hidden_size"), cfg.req("num_attention_heads")
-    head_size = cfg.opt("head_dim", hidden // heads, int)
-    spec = AttentionSpec(num_heads=heads, num_kv_heads=cfg.opt("num_key_value_heads", heads, int),
-                         head_size=head_size, dtype=dtype, sliding_window=cfg.opt("sliding_window", None, int))
-    theta, scaling, partial = cfg.rope()
-    return spec, Rotary(head_size, theta, int(head_size * partial), scaling)
+    """The attention spec and its rotary embedding, every value checked."""
+    hidden, heads = cfg.size("hidden_size"), cfg.size("num_attention_heads")
+    kv_heads = cfg.size("num_key_value_heads", heads)
+    cfg.divisible("num_attention_heads", heads, "num_key_value_heads", kv_heads)
+    head_size = cfg.size("head_dim", None)
+    if head_size is None:
+        cfg.divisible("hidden_size", hidden, "num_attention_heads", heads, " (head_dim is not given)")
+        head_size = hidden // heads
+    cfg.derived("num_attention_heads x head_dim", heads * head_size)
+    window = cfg.size("sliding_window", None, high=None)
+    theta, scaling, rotary_dim = cfg.rope(head_size)
+    spec = cfg.spec(AttentionSpec, num_heads=heads, num_kv_heads=kv_heads, head_size=head_size, dtype=dtype,
+                    sliding_window=window)
+    return spec, Rotary(head_size, theta, rotary_dim, scaling)
 
 
 def build(cfg: ConfigReader, dtype: str) -> CausalLM:
-    hidden, eps = cfg.req("hidden_size"), cfg.opt("rms_norm_eps", 1e-6, float)
+    hidden, n_layers, mlp = cfg.size("hidden_size"), cfg.layers(), cfg.size("intermediate_size")
+    eps = cfg.number("rms_norm_eps", 1e-6, zero_ok=True)
     spec, rotary = attention_from(cfg, dtype)
     bias, mlp_bias = cfg.opt("attention_bias", False), cfg.opt("mlp_bias", False)
+    info = ModelInfo("llama", cfg.size("vocab_size"), hidden, cfg.size("max_position_embeddings", None, high=None),
+                     cfg.eos_ids())
+    tie = cfg.opt("tie_word_embeddings", False)
     blocks = []
-    for i in range(cfg.req("num_hidden_layers")):
+    for i in range(n_layers):
         name = f"model.layers.{i}"
         blocks.append(Block(
             "input_layernorm", RMSNorm(hidden, eps),
             "self_attn", AttentionLayer(f"{name}.self_attn", hidden, spec, rotary, bias=bias),
             "post_attention_layernorm", RMSNorm(hidden, eps),
-            "mlp", GatedMLP(hidden, cfg.req("intermediate_size"), bias=mlp_bias),
+            "mlp", GatedMLP(hidden, mlp, bias=mlp_bias),
         ))
-    info = ModelInfo("llama", cfg.req("vocab_size"), hidden, cfg.opt("max_position_embeddings", None, int), cfg.eos_ids())
     trunk = Trunk("embed_tokens", nn.Embedding(info.vocab_size, hidden), blocks, "norm", RMSNorm(hidden, eps))
-    return CausalLM(info, "model", trunk, cfg.opt("tie_word_embeddings", False))
+    return CausalLM(info, "model", trunk, tie)

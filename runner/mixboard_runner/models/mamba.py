@@ -15,17 +15,19 @@ from .model import Block, CausalLM, ModelInfo, Trunk
 
 
 def build(cfg: ConfigReader, dtype: str) -> CausalLM:
-    hidden, eps = cfg.req("hidden_size"), cfg.opt("layer_norm_epsilon", 1e-5, float)
-    d_inner = cfg.opt("intermediate_size", int(cfg.opt("expand", 2, int) * hidden), int)
-    rank = cfg.config.get("time_step_rank", "auto")
-    rank = math.ceil(hidden / 16) if rank == "auto" else cfg.req("time_step_rank")
-    spec = Mamba1Spec(d_inner=d_inner, d_state=cfg.req("state_size"), d_conv=cfg.opt("conv_kernel", 4, int),
-                      dt_rank=rank, conv_bias=cfg.opt("use_conv_bias", True), dtype=dtype)
-    residual_fp32 = cfg.opt("residual_in_fp32", True)
+    hidden, n_layers = cfg.size("hidden_size"), cfg.layers()
+    eps = cfg.number("layer_norm_epsilon", 1e-5, zero_ok=True)
+    expand = cfg.size("expand", 2)
+    d_inner = cfg.size("intermediate_size", None) or cfg.derived("expand x hidden_size", expand * hidden)
+    rank = math.ceil(hidden / 16) if cfg.config.get("time_step_rank", "auto") == "auto" else cfg.size("time_step_rank")
+    spec = cfg.spec(Mamba1Spec, d_inner=d_inner, d_state=cfg.size("state_size"),
+                    d_conv=cfg.size("conv_kernel", 4, low=2), dt_rank=rank, conv_bias=cfg.opt("use_conv_bias", True),
+                    dtype=dtype)
+    residual_fp32, bias = cfg.opt("residual_in_fp32", True), cfg.opt("use_bias", False)
+    info = ModelInfo("mamba", cfg.size("vocab_size"), hidden, None, cfg.eos_ids())
+    tie = cfg.opt("tie_word_embeddings", True)
     blocks = [Block("norm", RMSNorm(hidden, eps), "mixer",
-                    Mamba1Layer(f"backbone.layers.{i}.mixer", hidden, spec, bias=cfg.opt("use_bias", False)),
-                    residual_fp32=residual_fp32)
-              for i in range(cfg.req("num_hidden_layers"))]
-    info = ModelInfo("mamba", cfg.req("vocab_size"), hidden, None, cfg.eos_ids())
+                    Mamba1Layer(f"backbone.layers.{i}.mixer", hidden, spec, bias=bias), residual_fp32=residual_fp32)
+              for i in range(n_layers)]
     trunk = Trunk("embeddings", nn.Embedding(info.vocab_size, hidden), blocks, "norm_f", RMSNorm(hidden, eps))
-    return CausalLM(info, "backbone", trunk, cfg.opt("tie_word_embeddings", True))
+    return CausalLM(info, "backbone", trunk, tie)
