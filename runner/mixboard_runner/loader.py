@@ -6,8 +6,9 @@ arbitrary code."""
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Mapping
 
 import torch
@@ -20,10 +21,11 @@ from .models import ARCHITECTURES, demo
 from .models.config import ConfigReader, ModelError, show
 from .models.linear import products  # noqa: F401  (the engine says what runs the projections)
 from .models.model import CausalLM
-from .weights_file import read_tensors
+from .weights_file import iter_tensors
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 DEMO = "demo"
+INDEX = "model.safetensors.index.json"
 
 
 def read_config(path: str | Path) -> dict:
@@ -80,14 +82,17 @@ def _without_init(device: str):
             setattr(init, name, function)
 
 
-def load_model(model: str | Path | None, dtype: str = "float32", device: str = "cpu") -> CausalLM:
-    """A model ready to run: weights loaded, checked and converted."""
+def load_model(model: str | Path | None, dtype: str = "float32", device: str = "cpu", *,
+               allow_nonfinite: bool = False) -> CausalLM:
+    """A model ready to run: weights loaded, checked and converted. Weights holding NaN or Inf
+    are refused unless ``allow_nonfinite`` (then a warning is logged)."""
     built = build_model(model, dtype)
     table = None
     if model not in (None, DEMO):
         layout = built.table_layout(device, torch_dtype(dtype))
-        state = load_weights(Path(model), dict([layout]) if layout else {})
-        table = _assign(built, state, torch_dtype(dtype), layout)
+        state = load_weights(Path(model), dict([layout]) if layout else {}, torch_dtype(dtype),
+                             allow_nonfinite=allow_nonfinite)
+        table = _assign(built, state, torch_dtype(dtype), layout, allow_nonfinite)
         del state  # the model holds the tensors now: finalize() can free each one it re-lays
     built = built.to(device)
     built.finalize(table)
@@ -95,13 +100,9 @@ def load_model(model: str | Path | None, dtype: str = "float32", device: str = "
 
 
 def weight_files(directory: Path) -> list[Path]:
-    index = directory / "model.safetensors.index.json"
+    index = directory / INDEX
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ModelError(f"{index} is malformed ({exc}); it needs a 'weight_map' object") from None
-        files = sorted({directory / name for name in weight_map.values()})
+        files = sorted({_shard(directory, index, name) for name in _weight_map(index).values()})
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise ModelError(f"{index} names shards that are missing: {', '.join(missing)}")
@@ -118,17 +119,82 @@ def weight_files(directory: Path) -> list[Path]:
     raise ModelError(f"{directory} has no *.safetensors weights")
 
 
-def load_weights(directory: Path, layouts: Mapping[str, object] = {}) -> dict[str, torch.Tensor]:
+def _weight_map(index: Path) -> dict:
+    try:
+        weight_map = json.loads(index.read_bytes())["weight_map"]
+    except OSError as exc:
+        raise ModelError(f"cannot read {index}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError, KeyError, TypeError) as exc:
+        raise ModelError(f"{index} is malformed ({show(exc)}); it needs a 'weight_map' object") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+        raise ModelError(f"{index}: 'weight_map' must map tensor names to shard file names, not {show(weight_map)}")
+    return weight_map
+
+
+def _shard(directory: Path, index: Path, name: str) -> Path:
+    """The shard ``name`` (from the index) inside the model folder. A name that leads out of it
+    (absolute, '..', or through a linked folder) is refused: the index alone would make the loader
+    read any file. The shard itself may be a link, as every file of a Hugging Face cache snapshot is."""
+    relative = PurePosixPath(name)
+    path = directory / relative
+    inside = (name and not relative.is_absolute() and ".." not in relative.parts
+              and path.parent.resolve().is_relative_to(directory.resolve()))
+    if not inside:
+        raise ModelError(f"{index} names a shard outside the model folder: {show(name, 300)} (shards must be files "
+                         f"in the folder)")
+    return path
+
+
+def load_weights(directory: Path, layouts: Mapping[str, object] = {}, layout_dtype: torch.dtype | None = None, *,
+                 allow_nonfinite: bool = False) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint, each checked as it is read: a name in two shards is refused, and so
+    are NaN and Inf values unless ``allow_nonfinite``. ``layouts``, ``layout_dtype``: see read_tensors."""
     state: dict[str, torch.Tensor] = {}
+    shard_of: dict[str, Path] = {}
+    nonfinite: dict[str, int] = {}
     for path in weight_files(directory):
         try:
-            state.update(read_tensors(path, layouts))
+            for name, tensor in iter_tensors(path, layouts, layout_dtype):
+                if name in shard_of:
+                    raise ModelError(f"tensor {name} is in two shards, {shard_of[name]} and {path}: mixboard will "
+                                     "not guess which one is meant")
+                shard_of[name] = path
+                count = count_nonfinite(tensor)
+                if count:
+                    nonfinite[name] = count
+                state[name] = tensor
         except OSError as exc:
-            raise ModelError(f"cannot read {path}: {exc}") from None
+            raise ModelError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if nonfinite:
+        _nonfinite_found(nonfinite, allow_nonfinite)
     return state
 
 
-def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype, layout=None) -> torch.Tensor | None:
+def count_nonfinite(tensor: torch.Tensor) -> int:
+    """How many values of a float tensor are NaN or infinite. A finite tensor costs one sum: a NaN or
+    an infinity anywhere makes the sum NaN or infinite (a sum that overflows only costs the exact count)."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return 0
+    if tensor.element_size() == 1:  # float8: torch sums and tests it only by way of float32
+        tensor = tensor.float()
+    if torch.isfinite(tensor.sum()):
+        return 0
+    return tensor.numel() - int(torch.isfinite(tensor).sum())
+
+
+def _nonfinite_found(counts: dict[str, int], allowed: bool) -> None:
+    first = ", ".join(f"{name} ({n})" for name, n in list(counts.items())[:3])
+    more = f" and {len(counts) - 3} more" if len(counts) > 3 else ""
+    found = (f"{len(counts)} tensor(s) of the checkpoint hold NaN or infinite values, {sum(counts.values())} "
+             f"in all: {first}{more}")
+    if not allowed:
+        raise ModelError(f"{found}; the model would compute garbage (load it anyway with --allow-nonfinite-weights, "
+                         "or Engine(..., allow_nonfinite_weights=True))")
+    logging.getLogger("mixboard_runner").warning("warning: %s; loading them anyway, as asked", found)
+
+
+def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype, layout=None,
+            allow_nonfinite: bool = False) -> torch.Tensor | None:
     """Check the checkpoint's tensors against the model's and hand them over.
     A tied table the reader laid out for inference (``layout``: name and
     layout) is returned instead, for ``CausalLM.finalize``."""
@@ -146,6 +212,9 @@ def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype,
         if name == tied and name not in state:
             continue
         tensor = state[name]
+        if not tensor.is_floating_point():  # a quantized or foreign checkpoint: converted, it would run as garbage
+            raise ModelError(f"tensor {name} has dtype {str(tensor.dtype).removeprefix('torch.')}, where a float "
+                             "weight belongs (mixboard does not convert integer or bool tensors)")
         if name == laid:  # read into its inference layout: compare with that layout's shape
             if tuple(tensor.shape) != layout[1].stored_shape(*param.shape):
                 raise ModelError(f"tensor {name} does not have the shape the config implies, {list(param.shape)}")
@@ -155,7 +224,19 @@ def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype,
     if table is not None:  # finalize() takes it; the module keeps an empty stand-in until then
         model.get_submodule(laid.rsplit(".", 1)[0]).weight = nn.Parameter(torch.empty(0, dtype=dtype),
                                                                         requires_grad=False)
-    model.load_state_dict({n: t.to(dtype) for n, t in state.items() if n in expected}, strict=False, assign=True)
+    converted = {n: _converted(n, t, dtype, allow_nonfinite) for n, t in state.items() if n in expected}
+    model.load_state_dict(converted, strict=False, assign=True)
     if model.tie_embeddings:
         model.lm_head.weight = model.trunk.get_submodule(model.trunk.embed_name).weight
     return table
+
+
+def _converted(name: str, tensor: torch.Tensor, dtype: torch.dtype, allow_nonfinite: bool) -> torch.Tensor:
+    """The tensor in the model's dtype; a value beyond that dtype's range would become infinite there."""
+    out = tensor.to(dtype)
+    narrower = out is not tensor and torch.finfo(tensor.dtype).max > torch.finfo(dtype).max
+    count = count_nonfinite(out) if narrower and not allow_nonfinite else 0
+    if count:
+        raise ModelError(f"tensor {name} has {count} value(s) beyond {str(dtype).removeprefix('torch.')}'s range "
+                         f"(largest {torch.finfo(dtype).max:g}): run it in a wider dtype")
+    return out

@@ -18,11 +18,11 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import torch
 
-from .models.config import ModelError
+from .models.config import ModelError, show
 
 DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -36,7 +36,8 @@ MAX_HEADER = 100_000_000  # the format's own limit on the JSON header
 RELAY_CHUNK_BYTES = 4 << 20
 
 
-def read_tensors(path: Path, layouts: Mapping[str, object] = {}) -> dict[str, torch.Tensor]:
+def read_tensors(path: Path, layouts: Mapping[str, object] = {},
+                 layout_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of the file, each in memory of its own; ModelError if the file is not valid safetensors.
 
     A 2-D tensor named in ``layouts`` comes back stored in that layout (for a
@@ -44,7 +45,16 @@ def read_tensors(path: Path, layouts: Mapping[str, object] = {}) -> dict[str, to
     read a few rows at a time: the layout its products want, without holding
     the table twice. A layout has ``stored_shape(rows, cols)``,
     ``empty(rows, cols, dtype)``, ``write(stored, first_row, rows)`` and
-    ``rows_multiple`` (each write but the last starts at a multiple of it)."""
+    ``rows_multiple`` (each write but the last starts at a multiple of it).
+    ``layout_dtype``: the float dtype such a tensor is stored in, if not the file's
+    (the model's: the products read their layout in the model's dtype)."""
+    return dict(iter_tensors(path, layouts, layout_dtype))
+
+
+def iter_tensors(path: Path, layouts: Mapping[str, object] = {},
+                 layout_dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for each tensor of the file in the order of its bytes, each read when it is asked
+    for (a caller can check one while it is still in cache). The whole header is checked first."""
     size = os.path.getsize(path)
     with open(path, "rb") as fh:
         head = fh.read(8)
@@ -52,46 +62,78 @@ def read_tensors(path: Path, layouts: Mapping[str, object] = {}) -> dict[str, to
         if not 0 < length <= min(MAX_HEADER, size - 8):
             raise ModelError(f"{path} is not a safetensors file (its header length is missing or out of range)")
         try:
-            header = json.loads(fh.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            header = json.loads(fh.read(length).decode("utf-8"))
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or absurdly nested
             raise ModelError(f"{path} is not a safetensors file (its header is not JSON: {exc})") from None
         if not isinstance(header, dict):
             raise ModelError(f"{path} is not a safetensors file (its header is not a JSON object)")
         base = 8 + length
-        tensors = {}
-        for name, info in header.items():
-            if name != "__metadata__":
-                tensors[name] = _read_one(fh, path, name, info, base, size, layouts.get(name))
-    return tensors
+        entries = _entries(path, header, size - base)
+        for name, dtype, shape, start, nbytes in entries:
+            yield name, _read_one(fh, path, name, dtype, shape, base + start, nbytes, layouts.get(name), layout_dtype)
 
 
-def _read_one(fh, path: Path, name: str, info, base: int, size: int, layout=None) -> torch.Tensor:
-    try:
-        dtype_name, shape, (start, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
-    except (KeyError, TypeError, ValueError):
-        raise ModelError(f"{path}: the header entry of {name} is malformed") from None
-    dtype = DTYPES.get(dtype_name)
-    if dtype is None:
-        raise ModelError(f"{path}: tensor {name} has dtype {dtype_name!r}, which mixboard does not read "
-                         f"(supported: {', '.join(DTYPES)})")
-    nbytes = math.prod(shape) * dtype.itemsize
-    if end - start != nbytes or start < 0 or base + end > size:
-        raise ModelError(f"{path}: tensor {name}'s bytes ({start}..{end}) do not match its shape {shape} "
-                         f"and dtype {dtype_name}, or lie past the end of the file")
+def _entries(path: Path, header: dict, data_size: int) -> list[tuple]:
+    """(name, dtype, shape, start, nbytes) of every tensor, by offset. As the format requires, the
+    tensors' bytes tile the data exactly: no gap, no overlap, nothing after the last."""
+    entries = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if not name.isprintable():  # every message that names it stays one line
+            raise ModelError(f"{path}: the tensor name {show(name)} is not printable")
+        try:
+            dtype_name, shape, (start, end) = info["dtype"], info["shape"], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ModelError(f"{path}: the header entry of {name} is malformed") from None
+        if not (isinstance(shape, list) and all(_count(n) for n in shape) and _count(start) and _count(end)):
+            raise ModelError(f"{path}: the header entry of {name} is malformed (shape and data_offsets must be "
+                             f"integers >= 0)")
+        dtype = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+        if dtype is None:
+            raise ModelError(f"{path}: tensor {name} has dtype {show(dtype_name)}, which mixboard does not read "
+                             f"(supported: {', '.join(DTYPES)})")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if end - start != nbytes or end > data_size:
+            raise ModelError(f"{path}: tensor {name}'s bytes ({start}..{end}) do not match its shape {shape} "
+                             f"and dtype {dtype_name}, or lie past the end of the file")
+        entries.append((name, dtype, shape, start, nbytes))
+    entries.sort(key=lambda e: (e[3], e[4]))
+    covered = 0
+    for name, _, _, start, nbytes in entries:
+        if start != covered:
+            what = "a gap before" if start > covered else "bytes that overlap another tensor's in"
+            raise ModelError(f"{path} is not a valid safetensors file: there are {what} tensor {name} "
+                             f"(at byte {start} of the data)")
+        covered = start + nbytes
+    if covered != data_size:
+        raise ModelError(f"{path} is not a valid safetensors file: {data_size - covered} bytes follow its last tensor")
+    return entries
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _read_one(fh, path: Path, name: str, dtype: torch.dtype, shape: list[int], offset: int, nbytes: int,
+              layout=None, layout_dtype: torch.dtype | None = None) -> torch.Tensor:
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
-    fh.seek(base + start)
+    fh.seek(offset)
     if layout is not None and len(shape) == 2:
-        return _read_relaid(fh, path, name, shape, dtype, layout)
+        # an integer tensor keeps its dtype, for the loader to refuse by name
+        stored_dtype = layout_dtype if layout_dtype is not None and dtype.is_floating_point else dtype
+        return _read_relaid(fh, path, name, shape, dtype, layout, stored_dtype)
     buffer = bytearray(nbytes)
     if fh.readinto(buffer) != nbytes:
         raise ModelError(f"{path}: the file ends inside tensor {name}")
     return torch.frombuffer(buffer, dtype=dtype).view(shape)
 
 
-def _read_relaid(fh, path: Path, name: str, shape: list[int], dtype: torch.dtype, layout) -> torch.Tensor:
+def _read_relaid(fh, path: Path, name: str, shape: list[int], dtype: torch.dtype, layout,
+                 stored_dtype: torch.dtype) -> torch.Tensor:
     rows, cols = shape
-    stored = layout.empty(rows, cols, dtype)
+    stored = layout.empty(rows, cols, stored_dtype)
     multiple = layout.rows_multiple
     step = max(1, RELAY_CHUNK_BYTES // (cols * dtype.itemsize * multiple)) * multiple
     buffer = bytearray(min(rows, step) * cols * dtype.itemsize)
