@@ -182,6 +182,29 @@ def test_plan_groups_layers_by_backend_and_state_layout():
     assert data["environment"] == {"device": "cpu", "capability": None, "torch_version": CPU.torch_version}
 
 
+@pytest.mark.parametrize("rules, message", [
+    ("model.layers.9.*=portable", "rule 'model.layers.9.*=portable' matches no layer of this model"),
+    ("model.layers.9.*=portable", "its layers are named like model.layers.0.attn, model.layers.1.mixer, "
+                                  "model.layers.2.mixer, ..."),
+    ("model.layer.4.*=portable", "did you mean 'model.layers.4.attn'?"),
+    ("mamba1=portable", "rule 'mamba1=portable' matches no layer: this model has no mamba1 layers "
+                        "(its layers are of kind attention, mamba2)"),
+    ("model.layers.9.*=portabel", "rule 'model.layers.9.*=portabel' names unknown backend 'portabel'; "
+                                  "did you mean 'portable'?"),
+])
+def test_a_rule_that_picks_no_layer_is_an_error_saying_what_it_could_mean(rules, message):
+    with pytest.raises(UsageError) as info:
+        registry().plan(_hybrid_layers(8), CPU, overrides=f"attention=portable,{rules}")
+    assert message in str(info.value)
+
+
+def test_a_rule_shadowed_by_layer_patterns_on_every_layer_it_could_pick_is_unused():
+    # every attention layer is picked by the pattern: the kind rule chose nothing
+    with pytest.raises(UsageError, match="rule 'attention=fast' matches no layer: layer patterns pick every "
+                                         "attention layer before it"):
+        registry().plan(_hybrid_layers(8), CPU, overrides="attention=fast,model.layers.*.attn=portable")
+
+
 def test_plan_rejects_duplicate_layer_names():
     with pytest.raises(UsageError, match="appears twice"):
         registry().plan([("a", "attention", AttentionSpec())] * 2, CPU)

@@ -157,16 +157,48 @@ class Registry:
         by_identity: dict[tuple, Selection] = {}
         planned = []
         seen = set()
+        used: set[str] = set()  # the rules that picked a layer's backend
         for name, kind, spec in layers:
             if name in seen:
                 raise UsageError(f"layer name {name!r} appears twice")
             seen.add(name)
-            key = (kind, id(spec), overrides.for_layer(name, kind) if has_rules else None)
+            forced = overrides.for_layer(name, kind) if has_rules else None
+            if forced is not None:
+                used.add(forced[1])
+            key = (kind, id(spec), forced)
             selection = by_identity.get(key)
             if selection is None:
                 selection = by_identity[key] = self.select(kind, spec, env, layer=name, overrides=overrides)
             planned.append(LayerPlan(name, kind, spec, selection))
+        if has_rules:
+            self._check_rules_used(overrides, used, planned)
         return Plan(env, tuple(planned))
+
+    def _check_rules_used(self, overrides: Overrides, used: set[str], planned: list[LayerPlan]) -> None:
+        """Strict means strict: a rule that picked no layer's backend is an
+        error saying what it could have meant, never silently ignored."""
+        for target, backend in overrides.kind_rules + overrides.layer_rules:
+            rule = f"{target}={backend}"
+            if rule in used:
+                continue
+            if backend not in self.backends:
+                close = difflib.get_close_matches(backend, list(self.backends), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise UsageError(f"rule {rule!r} names unknown backend {backend!r}{hint} (installed: "
+                                 f"{', '.join(sorted(self.backends)) or 'none'})")
+            if (target, backend) in overrides.kind_rules:
+                kinds = sorted({layer.kind for layer in planned})
+                if target in kinds:
+                    raise UsageError(f"rule {rule!r} matches no layer: layer patterns pick every {target} layer "
+                                     "before it; drop the rule")
+                raise UsageError(f"rule {rule!r} matches no layer: this model has no {target} layers "
+                                 f"(its layers are of kind {', '.join(kinds) or 'none'}); drop the rule")
+            names = [layer.name for layer in planned]
+            close = difflib.get_close_matches(target, names, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            raise UsageError(f"rule {rule!r} matches no layer of this model; {hint}its layers are named like "
+                             f"{shown or 'nothing'}")
 
 
 def _lost_to(candidate, winner) -> str:
