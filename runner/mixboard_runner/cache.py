@@ -85,6 +85,13 @@ class CacheManager:
             heapq.heappush(self.free_slots, seq.slot)
             seq.slot = None
 
+    def reclaim(self, live) -> None:
+        """Every block and slot that no sequence of ``live`` holds is free again."""
+        held_blocks = {b for seq in live for b in seq.blocks}
+        held_slots = {seq.slot for seq in live if seq.slot is not None}
+        self.free_blocks = deque(b for b in range(self.num_blocks) if b not in held_blocks)
+        self.free_slots = [s for s in range(self.num_slots) if s not in held_slots]  # sorted: a valid heap
+
     def all_free(self) -> bool:
         return len(self.free_blocks) == self.num_blocks and len(self.free_slots) == self.num_slots
 

@@ -1,13 +1,24 @@
 """The engine: schedule -> common metadata -> one build per (group, spec) ->
 forward -> sample. It never names a kind and never tests a layer's type:
 everything kind-specific arrives through the plan (backends, builders,
-state specs) and the model's own layers."""
+state specs) and the model's own layers.
+
+Failures are atomic. A step that raises (a backend, an interrupt, anything)
+holds no block or slot afterwards: the sequences of its batch go back to
+waiting and are recomputed from their tokens, so state a step half wrote is
+never read. A ``generate``, ``stream`` or ``score`` call that raises (or a
+stream its consumer closes) aborts its own requests. One lock serializes
+steps, so several threads may share an engine: each thread's requests are
+batched with everybody's, and each thread gets its own outputs."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -17,6 +28,7 @@ from mixboard.environment import for_device
 from mixboard.errors import UsageError
 from mixboard.ops.checks import build_impl
 
+from . import checks
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
 from .host_memory import reuse_freed_memory
 from .loader import load_model, products
@@ -42,6 +54,19 @@ class StepContext:
     def lookup(self, layer_name: str):
         impl, state, builder_id = self.runtimes[layer_name]
         return impl, state, self.metas[builder_id]
+
+
+@dataclass(frozen=True)
+class Token:
+    """One generated token, as ``Engine.stream`` yields it: ``index`` is the
+    prompt's place in the call; ``text`` is what the token adds to the output
+    text (it may be empty until a character is complete; None without a
+    tokenizer); ``finish_reason`` is set on a request's last token."""
+
+    index: int
+    token_id: int
+    text: str | None
+    finish_reason: str | None
 
 
 @dataclass
@@ -74,19 +99,34 @@ class Engine:
     def __init__(self, model: str | Path | None = None, *, device: str = "cpu", dtype: str = "float32",
                  backend: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
                  max_batched_tokens: int = 2048, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None,
-                 registry=None, reuse_host_memory: bool | None = None):
+                 registry=None, reuse_host_memory: bool | None = None, allow_nonfinite_weights: bool = False):
         """``reuse_host_memory``: keep large freed blocks in the process's heap
-        for reuse (glibc only; see host_memory.py). Default: on for CPU devices."""
+        for reuse (glibc only; see host_memory.py). Default: on for CPU devices.
+        ``allow_nonfinite_weights``: load weights holding NaN or Inf (with a
+        warning) instead of refusing them."""
+        # every argument is checked before anything is loaded or allocated
         if dtype not in DTYPES:
             raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+        if model is not None:
+            checks.instance("model", model, (str, os.PathLike), "a folder's path or 'demo'")
+        if backend is not None:
+            checks.instance("backend", backend, str, "rules as text (KIND=BACKEND,...)")
+        cache_memory = checks.integer("cache_memory", cache_memory, 1)
+        max_seqs = checks.integer("max_seqs", max_seqs, 1)
+        max_batched_tokens = checks.integer("max_batched_tokens", max_batched_tokens, 1)
+        block_size = checks.integer("block_size", block_size, 1, 1 << 20)
+        if reuse_host_memory is not None:
+            checks.flag("reuse_host_memory", reuse_host_memory)
+        checks.flag("allow_nonfinite_weights", allow_nonfinite_weights)
         self.env = for_device(device)
         self.device = torch.device(device)
+        _check_fits_memory(cache_memory, self.device)
         if reuse_host_memory is None:
             reuse_host_memory = self.device.type == "cpu"
         if reuse_host_memory:
             reuse_freed_memory()
         self.registry = registry or get_registry()
-        self.model = load_model(model, dtype, device)
+        self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
         # what runs the stateless projections (models/linear.py), in words: printed by `mixboard run`
         self.products = products(self.device, torch_dtype(dtype))
         self.plan = self.registry.plan(self.model.layer_decls(), self.env, backend)
@@ -94,6 +134,7 @@ class Engine:
         self.scheduler = Scheduler(self.cache, self.cache.max_seqs, max_batched_tokens)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.stats = Stats()
+        self._lock = threading.RLock()  # one step (and one change of the queues) at a time
         self._bind()
 
     def _bind(self) -> None:
@@ -118,7 +159,8 @@ class Engine:
             limit = min(limit, self.model.info.max_positions)
         return limit
 
-    def _check_prompt(self, ids: list[int]) -> None:
+    def _check_prompt(self, ids) -> list[int]:
+        ids = list(checks.token_ids("a prompt", ids))
         if not ids:
             raise UsageError("a prompt needs at least one token")
         vocab = self.model.info.vocab_size
@@ -128,6 +170,7 @@ class Engine:
         if len(ids) > self.max_tokens_per_sequence:
             raise UsageError(f"a prompt of {len(ids)} tokens is longer than this model and cache allow "
                              f"({int(self.max_tokens_per_sequence)} tokens; raise --cache-memory for more)")
+        return ids
 
     # -- one step --------------------------------------------------------
     @torch.inference_mode()
@@ -158,10 +201,22 @@ class Engine:
 
     def step(self) -> list[Sequence]:
         """Run one scheduled step; returns the sequences that finished in it
-        (none, and no work done, when nothing is waiting or running)."""
-        batch = self.scheduler.schedule()
-        if not batch:
-            return self._unschedulable() if self.scheduler.waiting else []
+        (none, and no work done, when nothing is waiting or running).
+
+        If the step raises, the sequences it scheduled hold no block or slot
+        and wait to be recomputed from their tokens; the error propagates."""
+        with self._lock:
+            batch = []
+            try:
+                batch = self.scheduler.schedule()
+                if not batch:
+                    return self._unschedulable() if self.scheduler.waiting else []
+                return self._run(batch)
+            except BaseException:
+                self.scheduler.recompute([seq for seq, _ in batch])
+                raise
+
+    def _run(self, batch: list[tuple[Sequence, int]]) -> list[Sequence]:
         started = time.perf_counter()
         logits = self._forward(batch, all_logits=False)
         ready = [seq for seq, _ in batch if seq.num_uncomputed == 0]
@@ -206,29 +261,89 @@ class Engine:
 
     # -- public API ------------------------------------------------------
     def add(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Sequence:
-        self._check_prompt(prompt_ids)
-        seq = Sequence(prompt_ids, params or SamplingParams())
-        self.scheduler.add(seq)
+        ids = self._check_prompt(prompt_ids)
+        seq = Sequence(ids, checks.instance("params", params or SamplingParams(), SamplingParams))
+        with self._lock:
+            self.scheduler.add(seq)
         return seq
 
     def abort(self, seq: Sequence) -> None:
-        if seq.status is not Status.FINISHED:
-            self.scheduler.abort(seq)
+        with self._lock:
+            if seq.status is not Status.FINISHED:
+                self.scheduler.abort(seq)
+
+    def stream(self, prompts: list[list[int]] | list[str], params: SamplingParams | None = None) -> Iterator[Token]:
+        """Generate for every prompt, yielding each token as it is made.
+
+        Prompts are checked (and queued) before the first token; closing the
+        iterator early, or an error, aborts this call's requests."""
+        return self._follow(self._submit(prompts, params))
 
     def generate(self, prompts: list[list[int]] | list[str], params: SamplingParams | None = None,
                  progress=None) -> list[Output]:
-        """Generate for every prompt (token ids, or text when a tokenizer is set)."""
-        params = params or SamplingParams()
-        self.stats = Stats(preemptions=self.scheduler.preemptions)
+        """Generate for every prompt (token ids, or text when a tokenizer is set).
+        ``progress(engine, finished_sequences)`` is called after each step."""
         started = time.perf_counter()
-        seqs = [self.add(self._encode(p), params) for p in prompts]
-        while self.scheduler.has_work():
-            done = self.step()
-            if progress is not None:
-                progress(self, done)
+        with self._lock:
+            if not self.scheduler.has_work():  # the stats of this call (with other threads: of everybody's steps)
+                self.stats = Stats(preemptions=self.scheduler.preemptions)
+            first_preemptions = self.stats.preemptions
+        seqs = self._submit(prompts, params)
+        for _ in self._follow(seqs, progress, texts=False):
+            pass
         self.stats.wall_s = time.perf_counter() - started
-        self.stats.preemptions = self.scheduler.preemptions - self.stats.preemptions
+        self.stats.preemptions = self.scheduler.preemptions - first_preemptions
         return [Output(s.prompt_ids, s.output_ids, self._decode(s.output_ids), s.finish_reason) for s in seqs]
+
+    def _submit(self, prompts, params) -> list[Sequence]:
+        """Check every prompt, then queue them all (or none)."""
+        prompts = checks.listing("prompts", prompts, "prompts (text or token ids)")
+        params = checks.instance("params", params or SamplingParams(), SamplingParams)
+        ids = [self._check_prompt(self._encode(p)) for p in prompts]
+        seqs = [Sequence(i, params) for i in ids]
+        with self._lock:
+            for seq in seqs:
+                self.scheduler.add(seq)
+        return seqs
+
+    def _follow(self, seqs: list[Sequence], progress=None, texts: bool = True) -> Iterator[Token]:
+        """Step until ``seqs`` finish (other threads' steps count too),
+        yielding their new tokens (with their text when ``texts``);
+        whatever stops it early aborts them."""
+        sent = [0] * len(seqs)
+        shown = [""] * len(seqs) if texts else None
+        try:
+            while True:
+                with self._lock:
+                    done = self.step() if any(s.status is not Status.FINISHED for s in seqs) else None
+                if done is not None and progress is not None:
+                    progress(self, done)
+                for i, seq in enumerate(seqs):
+                    out = seq.output_ids
+                    while sent[i] < len(out):
+                        sent[i] += 1
+                        last = sent[i] == len(out) and seq.status is Status.FINISHED
+                        text = self._text_delta(out[:sent[i]], shown, i, last) if texts else None
+                        yield Token(i, out[sent[i] - 1], text, seq.finish_reason if last else None)
+                if done is None:
+                    return
+        finally:
+            with self._lock:
+                for seq in seqs:
+                    if seq.status is not Status.FINISHED:
+                        self.scheduler.abort(seq)
+                self.scheduler.reclaim()
+
+    def _text_delta(self, ids: list[int], shown: list[str], i: int, last: bool) -> str | None:
+        """What ``ids``' last token adds to output ``i``'s text (``shown[i]``
+        so far); a partial character waits for the token that completes it."""
+        if self.tokenizer is None:
+            return None
+        text = self._decode(ids)
+        if text.endswith("\ufffd") and not last:
+            return ""
+        delta, shown[i] = text[len(shown[i]):], text
+        return delta
 
     @torch.inference_mode()
     def score(self, token_ids: list[int], prefix_len: int) -> torch.Tensor:
@@ -236,24 +351,38 @@ class Engine:
 
         The first ``prefix_len`` tokens are prefilled in one step; the rest
         go one at a time through the decode path."""
-        if not 0 <= prefix_len <= len(token_ids):
-            raise UsageError(f"prefix_len must be between 0 and {len(token_ids)}, not {prefix_len}")
-        self._check_prompt(token_ids)
+        token_ids = self._check_prompt(token_ids)
+        prefix_len = checks.integer("prefix_len", prefix_len, 0, len(token_ids))
         seq = Sequence(token_ids, SamplingParams())
         rows = []
-        try:
-            chunks = ([prefix_len] if prefix_len else []) + [1] * (len(token_ids) - prefix_len)
-            for n in chunks:
-                if not self.cache.can_allocate(seq, n):
-                    raise UsageError("the cache cannot hold this sequence while others run; raise --cache-memory")
-                self.cache.allocate(seq, n)
-                rows.append(self._forward([(seq, n)], all_logits=True))
-        finally:
-            self.cache.free(seq)
+        with self._lock:
+            try:
+                chunks = ([prefix_len] if prefix_len else []) + [1] * (len(token_ids) - prefix_len)
+                for n in chunks:
+                    if not self.cache.can_allocate(seq, n):
+                        raise UsageError("the cache cannot hold this sequence while others run; raise --cache-memory")
+                    self.cache.allocate(seq, n)
+                    rows.append(self._forward([(seq, n)], all_logits=True))
+            finally:
+                self.cache.free(seq)
+                self.scheduler.reclaim()  # whatever an interrupt left half done
         return torch.cat(rows).float()
 
     def _encode(self, prompt) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt)
+        return encode_prompt(self.tokenizer, checks.utf8(prompt))
 
     def _decode(self, ids: list[int]) -> str | None:
         return None if self.tokenizer is None else self.tokenizer.decode(ids)
+
+
+def _check_fits_memory(cache_memory: int, device: torch.device) -> None:
+    """Refuse a CPU cache larger than the machine before trying to allocate it."""
+    if device.type != "cpu":
+        return
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    if cache_memory > total:
+        raise UsageError(f"cache memory of {cache_memory / 2**30:.1f} GiB is more than this machine has "
+                         f"({total / 2**30:.1f} GiB); lower --cache-memory")

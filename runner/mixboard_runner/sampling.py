@@ -8,7 +8,7 @@ import torch
 
 from mixboard.errors import UsageError
 
-from . import kernels
+from . import checks, kernels
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,18 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        if self.max_tokens < 1:
-            raise UsageError(f"max_tokens must be at least 1, not {self.max_tokens}")
-        if self.temperature < 0:
-            raise UsageError(f"temperature must be >= 0, not {self.temperature}")
-        if self.top_k < 0:
-            raise UsageError(f"top_k must be >= 0 (0 disables it), not {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise UsageError(f"top_p must be in (0, 1], not {self.top_p}")
+        # checked when made, so that a request that is bad never reaches a step
+        fields = {"max_tokens": checks.integer("max_tokens", self.max_tokens, 1),
+                  "temperature": checks.real("temperature", self.temperature, 0.0),
+                  "top_k": checks.integer("top_k", self.top_k, 0),
+                  "top_p": checks.real("top_p", self.top_p, 0.0, 1.0),
+                  "seed": None if self.seed is None else checks.integer("seed", self.seed, 0, 2**64 - 1),
+                  "stop_token_ids": checks.token_ids("stop_token_ids", self.stop_token_ids),
+                  "ignore_eos": checks.flag("ignore_eos", self.ignore_eos)}
+        if fields["top_p"] == 0.0:
+            raise UsageError("top_p must be in (0, 1], not 0.0")
+        for name, value in fields.items():  # normalized: plain ints and floats, a tuple of ids
+            object.__setattr__(self, name, value)
 
     @property
     def greedy(self) -> bool:

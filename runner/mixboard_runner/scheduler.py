@@ -4,7 +4,12 @@ prefill chunks of new (or resumed) ones, under a token budget.
 Long prompts are prefilled in chunks. When the cache cannot give a running
 sequence room for its next token, the most recently admitted sequence is
 preempted: its blocks and slot are freed and it waits to be recomputed from
-its tokens (prompt and what it generated so far).
+its tokens (prompt and what it generated so far). A step that failed puts
+its sequences back the same way.
+
+Each change of the queues keeps every live sequence in one of them at every
+moment, so that ``reclaim`` can make the queues and the cache agree again
+after an interrupt (Ctrl-C) lands in the middle of one.
 """
 
 from __future__ import annotations
@@ -68,10 +73,10 @@ class Scheduler:
             want = min(seq.num_uncomputed, budget)
             if not self.cache.can_allocate(seq, want):
                 break
-            self.waiting.popleft()
             self.cache.allocate(seq, want)
             seq.status = Status.RUNNING
             self.running.append(seq)
+            self.waiting.popleft()
             batch.append((seq, want))
             budget -= want
         # the metadata contract: decodes (one token after earlier context) come first
@@ -79,9 +84,33 @@ class Scheduler:
         return batch
 
     def _preempt(self, seq: Sequence) -> None:
+        self._requeue(seq)
+        self.preemptions += 1
+
+    def _requeue(self, seq: Sequence) -> None:
+        """Back to the front of the queue, to be computed again from its tokens."""
+        self.waiting.appendleft(seq)
         self.running.remove(seq)
+        seq.status = Status.WAITING
         self.cache.free(seq)
         seq.num_computed = 0
-        seq.status = Status.WAITING
-        self.waiting.appendleft(seq)
-        self.preemptions += 1
+
+    def recompute(self, seqs: list[Sequence]) -> None:
+        """After a failed step: ``seqs`` may hold half-written state; they
+        wait to be recomputed (in their order), holding no block or slot."""
+        for seq in reversed(seqs):
+            if seq in self.running:
+                self._requeue(seq)
+        self.reclaim()
+
+    def reclaim(self) -> None:
+        """Make the queues and the cache agree after an interrupted change:
+        finished sequences leave the queues, each live one is queued once,
+        and every block and slot no live sequence holds is free."""
+        running = [s for s in dict.fromkeys(self.running) if s.status is Status.RUNNING]
+        taken = set(running)
+        waiting = [s for s in dict.fromkeys(self.waiting) if s.status is not Status.FINISHED and s not in taken]
+        for seq in waiting:
+            seq.status = Status.WAITING
+        self.running, self.waiting = running, deque(waiting)
+        self.cache.reclaim(running + waiting)
