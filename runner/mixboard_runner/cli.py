@@ -76,3 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # `mixboard backends | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
+        sys.stderr.write(f"\nmixboard {args.command}: interrupted\n")
+        return 130

@@ -18,7 +18,8 @@ def add_commands(commands) -> None:
     p = commands.add_parser(
         "run", help="generate text with a model through the registry",
         description="Load a model, plan a backend for every layer, and generate for each prompt with continuous "
-                    "batching. Prints the plan, the outputs and the throughput.",
+                    "batching. Prints the plan, the outputs and the throughput; on a terminal, each output's tokens "
+                    "as they are made. Ctrl-C stops it (exit status 130).",
         epilog="examples:\n  mixboard run\n  mixboard run ./my-llama --prompt 'Once upon a time' --max-tokens 64\n"
                "  mixboard run demo --prompt-ids 72,105 --backend attention=sdpa --json",
         formatter_class=_raw())
@@ -36,6 +37,8 @@ def add_commands(commands) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--cache-memory", default="512MiB", metavar="SIZE",
                    help="memory for the state pools, e.g. 256MiB, 2GiB, or bytes (default 512MiB)")
+    p.add_argument("--allow-nonfinite-weights", action="store_true",
+                   help="load weights that hold NaN or Inf (with a warning) instead of refusing them")
     p.add_argument("--json", action="store_true", help="print a JSON object (stable contract)")
     p.set_defaults(run=cmd_run)
 
@@ -144,7 +147,7 @@ def cmd_run(args) -> int:
                             top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed,
                             ignore_eos=args.ignore_eos)
     engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=_rules(args),
-                    cache_memory=parse_size(args.cache_memory))
+                    cache_memory=parse_size(args.cache_memory), allow_nonfinite_weights=args.allow_nonfinite_weights)
     prompts: list = [parse_ids(t) for t in args.prompt_ids] + list(args.prompt)
     if not prompts:
         if engine.tokenizer is None:
@@ -152,6 +155,15 @@ def cmd_run(args) -> int:
         prompts = [DEFAULT_PROMPT]
     if args.prompt and engine.tokenizer is None:
         raise UsageError("this model has no tokenizer.json: give prompts with --prompt-ids instead of --prompt")
+    if not args.json and sys.stdout.isatty():  # a person watching: tokens as they come
+        started = time.perf_counter()
+        tokens = engine.stream(prompts, params)  # checks every prompt before the first step
+        print_plan(engine.plan, verbose=False)
+        print(f"projections: {engine.products}")
+        _print_streamed(tokens, len(prompts))
+        engine.stats.wall_s = time.perf_counter() - started
+        _print_stats(engine.stats.to_dict())
+        return 0
     progress = None if args.json or not sys.stderr.isatty() else _Progress(len(prompts) * args.max_tokens)
     outputs = engine.generate(prompts, params, progress=progress)
     if progress:
@@ -170,10 +182,38 @@ def cmd_run(args) -> int:
     for i, out in enumerate(outputs):
         shown = out.text if out.text is not None else ",".join(map(str, out.output_ids))
         print(f"\n[{i}] {len(out.prompt_ids)} prompt tokens -> {len(out.output_ids)} new ({out.finish_reason}):\n{shown!r}")
+    _print_stats(stats)
+    return 0
+
+
+def _print_stats(stats: dict) -> None:
     print(f"\nprefill {stats['prefill_tokens']} tokens at {stats['prefill_tokens_per_s']:.0f} tok/s, "
           f"decode {stats['decode_tokens']} tokens at {stats['decode_tokens_per_s']:.0f} tok/s, "
           f"{stats['wall_s']:.2f} s")
-    return 0
+
+
+def _print_streamed(tokens, count: int) -> None:
+    """Each output in prompt order, its tokens printed as they are made; the
+    tokens of later outputs, made meanwhile, wait for their turn."""
+    held: list[list] = [[] for _ in range(count)]  # tokens not on screen yet
+    ended = [False] * count
+    shown = 0  # the output on screen now
+    print("\n[0]")
+    for token in tokens:
+        held[token.index].append(token)
+        while shown < count:
+            for t in held[shown]:
+                sys.stdout.write(t.text if t.text is not None else f"{t.token_id},")
+                if t.finish_reason:
+                    sys.stdout.write(f"\n({t.finish_reason})\n")
+                    ended[shown] = True
+            held[shown] = []
+            if not ended[shown]:
+                break
+            shown += 1
+            if shown < count:
+                sys.stdout.write(f"\n[{shown}]\n")
+        sys.stdout.flush()
 
 
 class _Progress:

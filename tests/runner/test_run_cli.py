@@ -130,6 +130,15 @@ def test_bad_models_get_one_line_and_exit_2(tmp_path, llama_dir):
     (["--prompt-ids", "1", "--cache-memory", "lots"], "bad size 'lots'"),
     (["--prompt-ids", "1", "--cache-memory", "1KiB"], "cannot hold one sequence"),
     (["--prompt-ids", "1", "--backend", "attention=nope"], "unknown backend 'nope'"),
+    (["--prompt-ids", "1", "--temperature", "nan"], "temperature must be a finite number, not nan"),
+    (["--prompt-ids", "1", "--temperature", "1", "--seed", str(2**64)], "seed must be between 0 and"),
+    (["--prompt-ids", "1", "--max-tokens", "0"], "max_tokens must be >= 1"),
+    (["--prompt-ids", "1", "--cache-memory", "100000GiB"], "is more than this machine has"),
+    # strict means strict: a rule that picks nothing is an error saying what it could have meant
+    (["--prompt-ids", "1", "--backend", "model.layers.7.*=sdpa"], "matches no layer of this model"),
+    (["--prompt-ids", "1", "--backend", "model.layer.1.*=sdpa"], "did you mean 'model.layers.1.self_attn'?"),
+    (["--prompt-ids", "1", "--backend", "model.layers.9.*=sdpx"], "names unknown backend 'sdpx'; did you mean 'sdpa'?"),
+    (["--prompt-ids", "1", "--backend", "mamba2=mamba2_torch"], "this model has no mamba2 layers"),
 ])
 def test_bad_run_input_gets_one_line_and_exit_2(llama_dir, args, message):
     out = mixboard("run", str(llama_dir), *args)
@@ -142,3 +151,55 @@ def test_run_and_explain_have_help():
     for command in ("run", "explain"):
         out = mixboard(command, "--help")
         assert out.returncode == 0 and "usage: mixboard" in out.stdout
+
+
+def test_a_prompt_that_is_not_utf8_gets_one_line():
+    out = subprocess.run([sys.executable, "-m", "mixboard_runner", "run", "--prompt", b"caf\xe9".decode(errors="surrogateescape")],
+                         capture_output=True)
+    assert out.returncode == 2 and out.stderr.decode().splitlines() == [
+        "mixboard run: error: a prompt is not valid UTF-8 text: b'caf\\xe9'"]
+
+
+def _on_a_terminal(args, until=None, timeout=60):
+    """Run ``mixboard`` with a pseudo-terminal as stdout; with ``until``, send
+    Ctrl-C's SIGINT once that text shows. Returns (status, stdout, stderr)."""
+    import pty
+    import select
+    import signal
+    import time
+
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "mixboard_runner", *args], stdout=child, stderr=subprocess.PIPE,
+                            env={k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")})
+    os.close(child)
+    shown, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([main], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            shown += chunk
+            if until is not None and until in shown:
+                proc.send_signal(signal.SIGINT)
+                until = None
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=timeout)
+    os.close(main)
+    return proc.returncode, shown.decode(errors="replace").replace("\r\n", "\n"), proc.stderr.read().decode()
+
+
+def test_run_on_a_terminal_streams_the_same_outputs():
+    args = ["run", "--prompt-ids", "72,105", "--prompt-ids", "1,2,3", "--max-tokens", "12", "--ignore-eos"]
+    expected = json.loads(mixboard(*args, "--json").stdout)["outputs"]
+    status, shown, err = _on_a_terminal(args)
+    assert status == 0, err
+    streamed = shown.split("\n[0]\n", 1)[1]
+    first, second = streamed.split("\n(length)\n\n[1]\n")
+    assert first == expected[0]["text"] and second.split("\n(length)\n")[0] == expected[1]["text"]
+
+
+def test_ctrl_c_prints_one_line_and_exits_130():
+    status, shown, err = _on_a_terminal(["run", "--max-tokens", "100000", "--ignore-eos"], until=b"[0]")
+    assert status == 130 and err.strip() == "mixboard run: interrupted", (status, err)

@@ -12,7 +12,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import mixboard_runner.engine as engine_module
 from checkpoints import make_checkpoint
 from inprocess import assert_one_line_error, mixboard_here
 from mixboard_runner.engine import Engine
@@ -56,16 +55,15 @@ def test_nonfinite_weights_are_refused_by_name_and_count(llama_dir, tmp_path, ca
                                        "(load it anyway with --allow-nonfinite-weights")
 
 
-def test_nonfinite_weights_load_and_run_when_allowed(llama_dir, tmp_path, monkeypatch, caplog):
+def test_nonfinite_weights_load_and_run_when_allowed(llama_dir, tmp_path, capsys, caplog):
     directory = copy_with(llama_dir, tmp_path / "m", poison)
     with pytest.raises(ModelError, match="hold NaN or infinite values"):
         load_model(directory)
-    def allowing(*args, **kwargs):  # the loader's opt-in is what is tested here, whatever the engine passes
-        return load_model(*args, **{**kwargs, "allow_nonfinite": True})
-
-    monkeypatch.setattr(engine_module, "load_model", allowing)
+    status, _ = mixboard_here(capsys, "run", directory, *RUN, "--allow-nonfinite-weights", "--json")
+    assert status == 0
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="mixboard_runner"):
-        engine = Engine(directory)
+        engine = Engine(directory, allow_nonfinite_weights=True)
     (record,) = caplog.records
     assert "\n" not in record.getMessage()
     assert record.getMessage().startswith("warning: 2 tensor(s) of the checkpoint hold NaN or infinite values, 4 in "
