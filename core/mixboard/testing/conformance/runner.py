@@ -16,6 +16,7 @@ import difflib
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterable, Mapping
 
 import torch
@@ -33,6 +34,7 @@ from .cases import Case, kind_cases
 from .inputs import draw_inputs, place
 from .isolation import changed_foreign_record, owned_records, poison
 from .kinds import ADAPTERS, KindAdapter, cast_weights, record_items
+from .readonly import Received, aliased, changed_inputs, leaked, same_tensor
 from .tolerances import tolerance_for
 
 PASS, FAIL, SKIP, XFAIL = "pass", "fail", "skip", "xfail"
@@ -255,6 +257,7 @@ def _execute(target: Target, case: Case, env: Environment, device: str, tol: flo
         builder = _backend(target.cls.builder, spec, env)
     done = {s.name: 0 for s in case.seqs}
     for number, step in enumerate(case.steps, 1):
+        where = f"step {number} of {len(case.steps)}"
         # Decodes (one new token after earlier context) come first, as the runner orders them.
         order = sorted(step, key=lambda c: not (c[1] == 1 and done[c[0]] > 0))
         seqs = [case.seq(name) for name, _ in order]
@@ -263,42 +266,67 @@ def _execute(target: Target, case: Case, env: Environment, device: str, tol: flo
         tables = [s.blocks[: -(-(c + q) // bs)] for s, c, q in zip(seqs, context, query)]
         slots = [s.slot for s in seqs]
         common_cpu = CommonBatchMetadata.build(query, context, slots, tables, bs, "cpu")
-        with torch.inference_mode():  # the backend gets its own copy, on its device, through its builder
-            meta = _backend(builder, CommonBatchMetadata.build(query, context, slots, tables, bs, device))
+        fresh_common = partial(CommonBatchMetadata.build, query, context, slots, tables, bs, device)
+        common = fresh_common()  # the backend's own copy, on its device, through its builder
+        received = Received(common)
+        with torch.inference_mode():
+            meta = _backend(builder, common)
+        problem = received.changed("the builder")
+        if problem:
+            raise _Failure(f"{where}: {problem}")
+        received.add_meta(meta)
         owned = owned_records(layout, zip(slots, tables))
+        outputs = []
         for i, layer in enumerate(layers):
-            where = f"step {number} of {len(case.steps)}" + (f", layer {i}" if case.layers > 1 else "")
+            if case.layers > 1:
+                where = f"step {number} of {len(case.steps)}, layer {i}"
             inputs = draw_inputs(adapter.inputs(spec), sum(query), dtype, gen)
+            # Later layers also run on a meta of their own, to tell what earlier ones left in the shared one.
+            alone = _run_alone(target, builder, fresh_common, layer, inputs, device, case) if i else None
             given = place(inputs, device, case.layout)
             kept = {k: v.clone() for k, v in given.items()}
             before = {k: v.clone() for k, v in layer.state.items()}
             with torch.inference_mode():
                 out = _backend(adapter.call, layer.impl, given, layer.weights, layer.state, meta)
-            _check_untouched(given, kept, layer, where)
+            _check_received(out, given, kept, layer, where)
+            problem = received.changed("forward") or (alone and leaked(out, *alone, meta, tol))
+            if problem:
+                raise _Failure(f"{where}: {problem}")
             ref = adapter.call(layer.oracle, inputs, layer.oracle_weights, layer.oracle_state, common_cpu)
             _compare(out, ref, device, order, context, where, tol, worst)
             moved = changed_foreign_record(layout, before, layer.state, owned)
             if moved:
                 raise _Failure(f"{where}: {moved}")
+            if case.layers > 1 and isinstance(out, torch.Tensor):
+                outputs.append((i, out, out.detach().clone()))
+        for i, out, copy in outputs:
+            if not same_tensor(out.detach(), copy):
+                raise _Failure(f"step {number} of {len(case.steps)}: layer {i}'s output changed while a later layer "
+                               f"ran: it shares memory that layer wrote (a workspace in the shared meta?); return a "
+                               f"tensor of its own")
         for name, n in order:
             done[name] += n
 
 
-def _check_untouched(given: dict, kept: dict, layer: _Layer, where: str) -> None:
-    """The step's inputs and the layer's weights are the caller's: a backend reads them only."""
-    for name, before in kept.items():
-        if not _same(given[name], before):
-            raise _Failure(f"{where}: the backend changed its input {name!r} in place")
-    reference = {} if layer.oracle_weights is None else record_items(layer.oracle_weights)
-    for name, value in reference.items():
-        if isinstance(value, torch.Tensor) and not _same(getattr(layer.weights, name).cpu(), value):
-            raise _Failure(f"{where}: the backend changed the layer's weight {name!r} in place")
+def _run_alone(target: Target, builder, fresh_common, layer: _Layer, inputs: dict, device: str, case: Case):
+    """(output, meta) of the layer on this step with a meta of its own and a copy of its state."""
+    with torch.inference_mode():
+        meta = _backend(builder, fresh_common())
+        state = {k: v.clone() for k, v in layer.state.items()}
+        out = _backend(target.adapter.call, layer.impl, place(inputs, device, case.layout), layer.weights, state,
+                       meta)
+    return (out.detach().clone() if isinstance(out, torch.Tensor) else out), meta
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if torch.equal(a, b):
-        return True
-    return bool(torch.equal(a.isnan(), b.isnan())) and bool(torch.equal(a.nan_to_num(), b.nan_to_num()))
+def _check_received(out: Any, given: dict, kept: dict, layer: _Layer, where: str) -> None:
+    """Nothing handed to forward changed, and the output is the caller's own."""
+    weights = {} if layer.weights is None else record_items(layer.weights)
+    problem = (aliased(out, {**{f"input {k!r}": v for k, v in given.items()},
+                             **{f"the layer's weight {k!r}": v for k, v in weights.items()},
+                             **{f"state[{k!r}]": v for k, v in layer.state.items()}})
+               or changed_inputs(given, kept, weights, layer.oracle_weights))
+    if problem:
+        raise _Failure(f"{where}: {problem}")
 
 
 def _compare(out: Any, ref: torch.Tensor, device: str, order, context, where: str, tol: float, worst: _Worst) -> None:
