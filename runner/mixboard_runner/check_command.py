@@ -3,7 +3,9 @@
 Runs every case of the backend's kind (``mixboard.testing.conformance``)
 and prints a pass/fail table with the worst error per case. Exit status 0
 when nothing failed (skips and declared failures are shown with their
-reasons), 1 when a case failed, 2 for bad input (an unknown backend).
+reasons), 1 when a case failed, 2 for bad input (an unknown backend), 5
+when every case was skipped (the backend cannot run here: a check that ran
+nothing is not a pass) unless ``--allow-skip``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from mixboard.dtypes import DTYPES
 
 from .table import render
 
+NOTHING_RAN = 5  # every case skipped: pytest's status for "no tests ran"
+
 
 def add_commands(commands) -> None:
     p = commands.add_parser(
@@ -23,7 +27,9 @@ def add_commands(commands) -> None:
         description="Check a backend against its kind's reference implementation over the kit's cases: ragged "
                     "batches, decodes after prefills, chunked prefills, state isolation, strided inputs and a sweep "
                     "of shapes, in each dtype. Cases the backend cannot serve here are skipped with its reasons.",
-        epilog="examples:\n  mixboard check sdpa\n  mixboard check acme_attn --device cuda --dtype bfloat16 --json",
+        epilog="exit status: 0 nothing failed, 1 a case failed, 2 bad input, 5 every case was skipped (ran nothing)\n\n"
+               "examples:\n  mixboard check sdpa\n  mixboard check acme_attn --device cuda --dtype bfloat16 --json\n"
+               "  mixboard check flash_attn --allow-skip   # in CI on machines that may lack its GPU",
         formatter_class=_raw())
     p.add_argument("backend", metavar="BACKEND", help="an installed backend's name (see `mixboard backends`)")
     p.add_argument("--device", help="torch device to run on (default: this machine's, if the backend runs there)")
@@ -33,6 +39,9 @@ def add_commands(commands) -> None:
     p.add_argument("--block-size", type=int, default=4, metavar="N", help="tokens per block of paged state (default 4)")
     p.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failing case")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per case (stable contract)")
+    p.add_argument("--allow-skip", action="store_true",
+                   help=f"exit 0 even when every case was skipped (by default a check that ran nothing exits "
+                        f"{NOTHING_RAN}, as pytest does when no test ran)")
     p.set_defaults(run=cmd_check)
 
 
@@ -57,7 +66,19 @@ def cmd_check(args) -> int:
         print(json.dumps([r.to_dict() for r in report.results], indent=2))
     else:
         _print_table(report)
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    if report.results and all(r.status == "skip" for r in report.results) and not args.allow_skip:
+        sys.stdout.flush()
+        sys.stderr.write(f"mixboard check: {_nothing_ran(report)}; --allow-skip accepts that\n")
+        return NOTHING_RAN
+    return 0
+
+
+def _nothing_ran(report) -> str:
+    reasons = {r.reason for r in report.results}
+    why = f": {reasons.pop()}" if len(reasons) == 1 else ", each with its reason"
+    return f"{report.backend} ran no case on {report.device}: all {len(report.results)} were skipped{why}"
 
 
 def _print_table(report) -> None:

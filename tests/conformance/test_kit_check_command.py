@@ -1,5 +1,5 @@
 """``mixboard check``: its JSON contract, its table, its exit statuses (0
-nothing failed, 1 a case failed, 2 bad input), through a subprocess against
+nothing failed, 1 a case failed, 2 bad input, 5 every case skipped), through a subprocess against
 the installed first-party backends and a vendor distribution with a bug."""
 
 from __future__ import annotations
@@ -87,9 +87,14 @@ def test_the_table_names_each_case_its_worst_error_and_the_totals(site):
     assert out.stderr == "mixboard check: short_conv_doubled fails 1 case(s)\n"
 
 
-def test_a_gpu_backend_here_is_skipped_with_its_reasons_and_exits_0(site):
+def test_a_gpu_backend_here_is_skipped_with_its_reasons_and_exits_5_unless_allowed(site):
     out = check(site, "short_conv_cuda", "--json")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 5, out.stderr
+    assert out.stderr.startswith("mixboard check: short_conv_cuda ran no case on cuda: all 44 were skipped: device "
+                                 "'cuda' is not available here: ")
+    assert out.stderr.endswith("; --allow-skip accepts that\n") and out.stderr.count("\n") == 1
+    allowed = check(site, "short_conv_cuda", "--json", "--allow-skip")
+    assert allowed.returncode == 0 and allowed.stderr == "" and allowed.stdout == out.stdout
     records = json.loads(out.stdout)
     assert len(records) == 44 and {r["status"] for r in records} == {"skip"}  # 14 + 15 + 15
     assert all(r["max_abs_error"] is None for r in records)
@@ -114,3 +119,14 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     out = capsys.readouterr()
     assert status == 2, (out.out, out.err)
     assert message in out.err and len(out.err.strip().splitlines()) == 1, out.err
+
+
+def test_a_check_that_ran_nothing_is_not_a_pass(capsys):
+    from mixboard_runner.cli import main
+
+    assert main(["check", "sdpa", "--device", "cuda", "--case", "ragged_prefill"]) == 5  # no CUDA here
+    err = capsys.readouterr().err
+    assert err == ("mixboard check: sdpa ran no case on cuda: all 3 were skipped: device 'cuda' is not available here: "
+                   "torch sees no CUDA device; --allow-skip accepts that\n")
+    assert main(["check", "sdpa", "--device", "cuda", "--case", "ragged_prefill", "--allow-skip"]) == 0
+    # (some cases skipped and the rest passing exits 0: test_kit_docs.py checks the page's two skips)

@@ -42,6 +42,18 @@ def test_several_backends_and_paths_given_on_the_command_line(tmp_path):
     assert "unknown backend 'short_conv_typo'; did you mean 'short_conv_torch'?" in out.stdout
 
 
+def test_a_backend_whose_every_case_skipped_ran_nothing_and_exits_5(tmp_path):
+    args = ("--mixboard-backend", "short_conv_cuda,short_conv_torch", "--mixboard-dtype", "float32", "-k", "ragged")
+    out = pytest_in(tmp_path, *args)
+    assert out.returncode == 5, out.stdout[-3000:]
+    assert "1 passed, 1 skipped" in out.stdout
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("mixboard: ")]
+    assert line.startswith("mixboard: short_conv_cuda ran no case: every one was skipped: device 'cuda' is not "
+                           "available here: ") and line.endswith("; --mixboard-allow-skip accepts that")
+    allowed = pytest_in(tmp_path, *args, "--mixboard-allow-skip")
+    assert allowed.returncode == 0 and "mixboard: " not in allowed.stdout, allowed.stdout[-3000:]
+
+
 def test_without_the_option_it_adds_nothing(tmp_path):
     (tmp_path / "test_plain.py").write_text(PLAIN_TEST)
     out = pytest_in(tmp_path, "-q")
@@ -52,3 +64,4 @@ def test_without_the_option_it_adds_nothing(tmp_path):
     assert "1 test collected" in listed.stdout
     helped = pytest_in(tmp_path, "--help")
     assert "--mixboard-backend=NAME" in helped.stdout and "--mixboard-device=DEVICE" in helped.stdout
+    assert "--mixboard-allow-skip" in helped.stdout
