@@ -38,10 +38,13 @@ def mixboard_kinds():
     """Return new kinds this plugin defines (a list of ``mixboard.Kind``).
 
     The built-in kinds (attention, mamba1, mamba2, short_conv) live in core;
-    a kind defined here may be served by backends of any plugin. Example::
+    a kind defined here may be served by backends of any plugin. Naming its
+    conformance adapter (``"module:NAME"``, imported only when the kit runs)
+    lets ``mixboard check`` serve its backends. Example::
 
         @hookimpl
         def mixboard_kinds():
             return [Kind(name="retention", spec=RetentionSpec, impl=RetentionImpl,
-                         state_spec=retention_state, description="RetNet retention")]
+                         state_spec=retention_state, description="RetNet retention",
+                         conformance="acme_retention.conformance:RETENTION")]
     """

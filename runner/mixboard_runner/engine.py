@@ -289,7 +289,7 @@ class Engine:
                 self.stats = Stats(preemptions=self.scheduler.preemptions)
             first_preemptions = self.stats.preemptions
         seqs = self._submit(prompts, params)
-        for _ in self._follow(seqs, progress, texts=False):
+        for _ in self._follow(seqs, progress, tokens=False):
             pass
         self.stats.wall_s = time.perf_counter() - started
         self.stats.preemptions = self.scheduler.preemptions - first_preemptions
@@ -306,25 +306,20 @@ class Engine:
                 self.scheduler.add(seq)
         return seqs
 
-    def _follow(self, seqs: list[Sequence], progress=None, texts: bool = True) -> Iterator[Token]:
+    def _follow(self, seqs: list[Sequence], progress=None, tokens: bool = True) -> Iterator[Token]:
         """Step until ``seqs`` finish (other threads' steps count too),
-        yielding their new tokens (with their text when ``texts``);
-        whatever stops it early aborts them."""
-        sent = [0] * len(seqs)
-        shown = [""] * len(seqs) if texts else None
+        yielding their new tokens when ``tokens``; whatever stops it early
+        aborts them."""
+        sent = [0] * len(seqs)  # tokens yielded, and their text, per sequence
+        shown = [""] * len(seqs)
         try:
             while True:
                 with self._lock:
                     done = self.step() if any(s.status is not Status.FINISHED for s in seqs) else None
                 if done is not None and progress is not None:
                     progress(self, done)
-                for i, seq in enumerate(seqs):
-                    out = seq.output_ids
-                    while sent[i] < len(out):
-                        sent[i] += 1
-                        last = sent[i] == len(out) and seq.status is Status.FINISHED
-                        text = self._text_delta(out[:sent[i]], shown, i, last) if texts else None
-                        yield Token(i, out[sent[i] - 1], text, seq.finish_reason if last else None)
+                if tokens:
+                    yield from self._new_tokens(seqs, sent, shown)
                 if done is None:
                     return
         finally:
@@ -333,6 +328,15 @@ class Engine:
                     if seq.status is not Status.FINISHED:
                         self.scheduler.abort(seq)
                 self.scheduler.reclaim()
+
+    def _new_tokens(self, seqs: list[Sequence], sent: list[int], shown: list[str]) -> Iterator[Token]:
+        for i, seq in enumerate(seqs):
+            out = seq.output_ids
+            while sent[i] < len(out):
+                sent[i] += 1
+                last = sent[i] == len(out) and seq.status is Status.FINISHED
+                yield Token(i, out[sent[i] - 1], self._text_delta(out[:sent[i]], shown, i, last),
+                            seq.finish_reason if last else None)
 
     def _text_delta(self, ids: list[int], shown: list[str], i: int, last: bool) -> str | None:
         """What ``ids``' last token adds to output ``i``'s text (``shown[i]``

@@ -5,6 +5,7 @@ shared metadata) against its backends."""
 
 from __future__ import annotations
 
+import re
 from abc import abstractmethod
 from dataclasses import dataclass
 
@@ -33,8 +34,6 @@ class DecayImpl(MixerImpl):
         """x: [T, channels]; state: ``acc`` [num_slots, channels]. Returns [T, channels]."""
 
 
-DECAY = Kind("decay_sum", DecaySpec, DecayImpl, lambda spec: StateSpec.slots(acc=((spec.channels,), spec.dtype)),
-             "running decayed sum")
 
 
 class DecayOracle(DecayImpl):
@@ -108,6 +107,14 @@ ADAPTER = KindAdapter(
     oracle=DecayOracle,
     shapes=(("slow_decay", dict(decay=0.9)), ("wide", dict(channels=24))),
 )
+
+
+def decay_state(spec):
+    return StateSpec.slots(acc=((spec.channels,), spec.dtype))
+
+
+# The kind declares its adapter (an installed plugin names it "module:NAME": see test_kit_plugin_kind_check.py).
+DECAY = Kind("decay_sum", DecaySpec, DecayImpl, decay_state, "running decayed sum", conformance=ADAPTER)
 REGISTRY = Registry.from_backends([DecayTorch, DecayForgetful], kinds=[DECAY])
 DecaySumConformance = conformance_suite(ADAPTER)
 
@@ -141,6 +148,30 @@ def test_the_factory_makes_a_base_class_a_vendor_subclasses():
     assert {r.status for r in results} == {"pass"}
 
 
+def test_the_adapter_the_kind_declares_serves_its_backends_by_name():
+    report = run_suite("decay_torch", "cpu", registry=REGISTRY, select=["chunked_prefill"])
+    assert [(r.case, r.status) for r in report.results] == [("chunked_prefill[float32]", "pass")]
+
+
+def registry_with(conformance) -> Registry:
+    kind = Kind("decay_sum", DecaySpec, DecayImpl, decay_state, "running decayed sum", conformance=conformance)
+    return Registry.from_backends([DecayTorch], kinds=[kind])
+
+
 def test_a_plugin_kind_without_an_adapter_says_how_to_get_one():
-    with pytest.raises(UsageError, match="kind 'decay_sum', which has no conformance adapter: .*KindAdapter"):
-        run_suite("decay_torch", "cpu", registry=REGISTRY)
+    with pytest.raises(UsageError, match="kind 'decay_sum', which has no conformance adapter: .*KindAdapter.*"
+                                         "conformance='module:NAME'"):
+        run_suite("decay_torch", "cpu", registry=registry_with(None))
+
+
+@pytest.mark.parametrize("conformance, message", [
+    ("no_colon", "declares conformance='no_colon'; expected a KindAdapter or 'module:NAME'"),
+    ("no_such_module_here:ADAPTER", "its conformance adapter 'no_such_module_here:ADAPTER' does not load: "
+                                    "ModuleNotFoundError"),
+    ("mixboard.testing.conformance.kinds:NOPE", "does not load: AttributeError"),
+    ("mixboard.testing.conformance.kinds:ATTENTION", "describes kind 'attention'"),
+    (42, "its conformance 42 is a int, not a mixboard.testing.conformance.KindAdapter"),
+])
+def test_a_bad_declaration_is_one_clear_error(conformance, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        run_suite("decay_torch", "cpu", registry=registry_with(conformance))

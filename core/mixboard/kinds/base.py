@@ -108,17 +108,22 @@ class Kind:
     ``state_spec(spec)`` is the canonical state layout: the one the oracle in
     ``mixboard.testing`` uses and the default a backend inherits.
     ``install_hint`` tells a user what to install when no backend of the kind
-    is available. (A plain class, like the weights records below: a
-    dataclass costs about a millisecond at import, and every planning
-    process imports these.)
+    is available. ``conformance`` is the kind's conformance adapter (a
+    ``mixboard.testing.conformance.KindAdapter``), or better the
+    ``"module:NAME"`` it lives at, imported only when the kit runs (so that
+    listing and planning never import the kit or torch): with it,
+    ``mixboard check`` and ``pytest --mixboard-backend`` serve the kind's
+    backends. (A plain class, like the weights records below: a dataclass
+    costs about a millisecond at import, and every planning process imports
+    these.)
     """
 
-    __slots__ = ("name", "spec", "impl", "state_spec", "description", "install_hint")
+    __slots__ = ("name", "spec", "impl", "state_spec", "description", "install_hint", "conformance")
 
     def __init__(self, name: str, spec: type, impl: type, state_spec: Callable[[Any], StateSpec], description: str,
-                 install_hint: str = ""):
+                 install_hint: str = "", conformance: Any = None):
         self.name, self.spec, self.impl, self.state_spec = name, spec, impl, state_spec
-        self.description, self.install_hint = description, install_hint
+        self.description, self.install_hint, self.conformance = description, install_hint, conformance
 
     def default_spec(self):
         return self.spec()

@@ -14,7 +14,7 @@ Importing this package imports torch.
 """
 
 from .cases import Case, kind_cases
-from .kinds import ADAPTERS, KindAdapter
+from .kinds import ADAPTERS, KindAdapter, adapter_of
 from .runner import CaseResult, SuiteReport, run_case, run_suite
 from .suites import (
     AttentionConformance, ConformanceSuite, Mamba1Conformance, Mamba2Conformance, ShortConvConformance,
@@ -24,6 +24,6 @@ from .tolerances import DEFAULT_TOLERANCES, tolerance_for
 
 __all__ = [
     "ADAPTERS", "AttentionConformance", "Case", "CaseResult", "ConformanceSuite", "DEFAULT_TOLERANCES", "KindAdapter",
-    "Mamba1Conformance", "Mamba2Conformance", "ShortConvConformance", "SuiteReport", "conformance_suite",
+    "Mamba1Conformance", "Mamba2Conformance", "ShortConvConformance", "SuiteReport", "adapter_of", "conformance_suite",
     "kind_cases", "run_case", "run_suite", "tolerance_for",
 ]

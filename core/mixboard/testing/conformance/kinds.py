@@ -16,6 +16,8 @@ with a :class:`KindAdapter` and gets a suite from
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -202,3 +204,30 @@ SHORT_CONV = KindAdapter(
 )
 
 ADAPTERS: dict[str, KindAdapter] = {a.kind: a for a in (ATTENTION, MAMBA1, MAMBA2, SHORT_CONV)}
+
+
+def adapter_of(kind: Any) -> KindAdapter | None:
+    """The adapter a ``mixboard.Kind`` declares (``conformance=``: an adapter,
+    or the ``"module:NAME"`` it lives at), or None when it declares none."""
+    from ...errors import UsageError
+
+    ref = getattr(kind, "conformance", None)
+    if ref is None:
+        return None
+    adapter = ref
+    if isinstance(ref, str):
+        module, _, name = ref.partition(":")
+        if not module or not name:
+            raise UsageError(f"kind {kind.name!r} declares conformance={ref!r}; expected a KindAdapter or "
+                             f"'module:NAME' (e.g. 'acme_retention.conformance:RETENTION')")
+        try:
+            adapter = functools.reduce(getattr, name.split("."), importlib.import_module(module))
+        except Exception as exc:  # noqa: BLE001 - a plugin's module may raise anything
+            raise UsageError(f"kind {kind.name!r}: its conformance adapter {ref!r} does not load: "
+                             f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(adapter, KindAdapter):
+        raise UsageError(f"kind {kind.name!r}: its conformance {ref!r} is a {type(adapter).__name__}, not a "
+                         f"mixboard.testing.conformance.KindAdapter")
+    if adapter.kind != kind.name:
+        raise UsageError(f"kind {kind.name!r}: its conformance adapter {ref!r} describes kind {adapter.kind!r}")
+    return adapter

@@ -33,7 +33,7 @@ from ..oracles import allocate_state
 from .cases import Case, kind_cases
 from .inputs import draw_inputs, place
 from .isolation import changed_foreign_record, owned_records, poison
-from .kinds import ADAPTERS, KindAdapter, cast_weights, record_items
+from .kinds import KindAdapter, adapter_of, cast_weights, record_items
 from .readonly import Received, aliased, changed_inputs, leaked, same_tensor
 from .tolerances import tolerance_for
 
@@ -107,11 +107,11 @@ def resolve(backend: str | type, registry: Registry | None = None, adapter: Kind
     else:
         raise UsageError(f"the kit takes a backend name or a mixboard.Backend subclass, not {backend!r}")
     kind = registry.kind(cls.kind)
-    adapter = adapter or ADAPTERS.get(cls.kind)
+    adapter = adapter or adapter_of(kind)
     if adapter is None:
-        raise UsageError(f"backend {cls.name!r} serves kind {cls.kind!r}, which has no conformance adapter: its plugin "
-                         f"describes it with mixboard.testing.conformance.KindAdapter and tests it with "
-                         f"conformance_suite(adapter)")
+        raise UsageError(f"backend {cls.name!r} serves kind {cls.kind!r}, which has no conformance adapter: the "
+                         f"plugin that defines the kind describes it with mixboard.testing.conformance.KindAdapter and "
+                         f"declares it on the Kind (conformance='module:NAME'); see docs/conformance.md")
     if adapter.kind != cls.kind:
         raise UsageError(f"backend {cls.name!r} serves {cls.kind}, not {adapter.kind}: use the {cls.kind} suite")
     return Target(cls, kind, adapter)
