@@ -215,7 +215,8 @@ def leaked(out: Any, alone: Any, own_meta: Any, shared_meta: Any, tol: float) ->
     one of its own (``alone``, built for it from a fresh common metadata)."""
     if not (isinstance(out, torch.Tensor) and isinstance(alone, torch.Tensor)) or out.shape != alone.shape:
         return None  # the comparison with the oracle names it
-    diff = (out.detach().double() - alone.double()).abs().nan_to_num(nan=math.inf)
+    out, alone = out.detach().double(), alone.double()
+    diff = (out - alone).abs().nan_to_num(nan=math.inf).masked_fill(out.isnan() & alone.isnan(), 0)
     err = float(diff.max()) if diff.numel() else 0.0
     if err <= tol:
         return None
