@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
 from mixboard.testing.conformance import run_suite
@@ -166,6 +167,21 @@ class FlipsWeightImpl(ShortConvTorchImpl):
         w = weights.conv_weight
         w.copy_(w.flip(-1))  # BUG: the kernel's tap order, written over the layer's weight
         return super().forward(B, C, x, weights.replace(conv_weight=w.flip(-1)), state, meta)
+
+
+class PaddedRowsImpl(ShortConvTorchImpl):
+    def forward(self, B, C, x, weights, state, meta):
+        rows, width = x.shape
+        # BUG: a vector kernel's rows rounded up past the view's end: clears two elements after each row
+        torch.as_strided(x, (rows, width + 2), x.stride(), x.storage_offset())[:, width:].zero_()
+        return super().forward(B, C, x, weights, state, meta)
+
+
+def test_a_forward_that_writes_past_a_strided_input_fails():
+    backend = with_impl(ShortConvTorch, "short_conv_bug_padded_rows", PaddedRowsImpl)
+    reason = first_failure(backend, select=["noncontiguous"])  # its inputs have room after each row
+    assert reason == ("step 1 of 4: the backend wrote outside its input 'x', into the rest of the buffer it is a "
+                      "view of"), reason
 
 
 @pytest.mark.parametrize("backend, message", [

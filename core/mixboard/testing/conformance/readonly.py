@@ -187,12 +187,21 @@ class Received:
         return None
 
 
+def keep_inputs(given: dict) -> dict:
+    """Copies of the step's inputs and, for a strided view, of the buffer it is a view of."""
+    return {k: (v.clone(), None if v._base is None else v._base.clone()) for k, v in given.items()}
+
+
 def changed_inputs(given: dict, kept: dict, weights: dict, reference: Any) -> str | None:
     """The step's inputs and the layer's weights are the caller's: a backend reads them only.
-    ``reference`` holds the weights' values on the host (the oracle's copy)."""
-    for name, before in kept.items():
+    ``kept`` is what ``keep_inputs`` made; ``reference`` holds the weights' values on the host
+    (the oracle's copy)."""
+    for name, (before, buffer) in kept.items():
         if not same_tensor(given[name], before):
             return f"the backend changed its input {name!r} in place"
+        if buffer is not None and not same_tensor(given[name]._base, buffer):
+            # a fused projection's other slices live there
+            return f"the backend wrote outside its input {name!r}, into the rest of the buffer it is a view of"
     for name, value in weights.items():
         if isinstance(value, torch.Tensor) and not same_tensor(value.cpu(), getattr(reference, name)):
             return f"the backend changed the layer's weight {name!r} in place"

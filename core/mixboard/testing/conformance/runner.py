@@ -34,7 +34,7 @@ from .cases import Case, kind_cases
 from .inputs import draw_inputs, place
 from .isolation import changed_foreign_record, owned_records, poison
 from .kinds import KindAdapter, adapter_of, cast_weights, record_items
-from .readonly import Received, aliased, changed_inputs, leaked, same_tensor
+from .readonly import Received, aliased, changed_inputs, keep_inputs, leaked, same_tensor
 from .tolerances import tolerance_for
 
 PASS, FAIL, SKIP, XFAIL = "pass", "fail", "skip", "xfail"
@@ -284,7 +284,7 @@ def _execute(target: Target, case: Case, env: Environment, device: str, tol: flo
             # Later layers also run on a meta of their own, to tell what earlier ones left in the shared one.
             alone = _run_alone(target, builder, fresh_common, layer, inputs, device, case) if i else None
             given = place(inputs, device, case.layout)
-            kept = {k: v.clone() for k, v in given.items()}
+            kept = keep_inputs(given)
             before = {k: v.clone() for k, v in layer.state.items()}
             with torch.inference_mode():
                 out = _backend(adapter.call, layer.impl, given, layer.weights, layer.state, meta)
