@@ -198,6 +198,12 @@ def test_a_rule_that_picks_no_layer_is_an_error_saying_what_it_could_mean(rules,
     assert message in str(info.value)
 
 
+def test_a_pattern_after_one_that_takes_all_its_layers_is_unused():
+    with pytest.raises(UsageError, match=r"rule 'model.layers.4.attn=fast' picks no layer: rules before it pick "
+                                         r"every layer it matches \(model.layers.4.attn\)"):
+        registry().plan(_hybrid_layers(8), CPU, overrides="model.layers.4.*=portable,model.layers.4.attn=fast")
+
+
 def test_a_rule_shadowed_by_layer_patterns_on_every_layer_it_could_pick_is_unused():
     # every attention layer is picked by the pattern: the kind rule chose nothing
     with pytest.raises(UsageError, match="rule 'attention=fast' matches no layer: layer patterns pick every "

@@ -8,6 +8,7 @@ model of a thousand layers costs a dictionary lookup per layer.
 from __future__ import annotations
 
 import difflib
+from fnmatch import fnmatchcase
 from typing import Any, Iterable
 
 from .backend import Backend
@@ -194,6 +195,10 @@ class Registry:
                 raise UsageError(f"rule {rule!r} matches no layer: this model has no {target} layers "
                                  f"(its layers are of kind {', '.join(kinds) or 'none'}); drop the rule")
             names = [layer.name for layer in planned]
+            shadowed = [n for n in names if fnmatchcase(n, target)]
+            if shadowed:
+                raise UsageError(f"rule {rule!r} picks no layer: rules before it pick every layer it matches "
+                                 f"({shadowed[0]}{', ...' if len(shadowed) > 1 else ''}); drop or reorder it")
             close = difflib.get_close_matches(target, names, n=1, cutoff=0.5)
             hint = f"did you mean {close[0]!r}? " if close else ""
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
