@@ -27,7 +27,10 @@ def real(name: str, value, low: float | None = None, high: float | None = None) 
     """A finite real number (an int is fine, a bool is not) within [low, high]."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise UsageError(f"{name} must be a number, not {value!r}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        number = math.inf
     if not math.isfinite(number):
         raise UsageError(f"{name} must be a finite number, not {number}")
     if low is not None and number < low or high is not None and number > high:
@@ -79,3 +82,18 @@ def utf8(value):
             raw = value.encode("utf-8", "surrogateescape")
             raise UsageError(f"a prompt is not valid UTF-8 text: {raw[:40]!r}") from None
     return value
+
+
+def prompts(value) -> list:
+    """A list of prompts (text, or lists of token ids)."""
+    items = listing("prompts", value, "prompts (text or token ids)")
+    if items and all(isinstance(p, int) for p in items):  # the commonest slip: one prompt, unwrapped
+        raise UsageError("prompts must be a list of prompts; for one prompt of token ids write [[1, 2, 3]]")
+    return items
+
+
+def prompt_ids(prompt) -> list[int] | None:
+    """A prompt's token ids, checked; None for text (the tokenizer's to encode)."""
+    if isinstance(prompt, str):
+        return None
+    return list(token_ids("a prompt", prompt))

@@ -77,5 +77,5 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `mixboard backends | head`
         return 0
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
-        sys.stderr.write(f"\nmixboard {args.command}: interrupted\n")
+        sys.stderr.write(("\n" if sys.stderr.isatty() else "") + f"mixboard {args.command}: interrupted\n")
         return 130

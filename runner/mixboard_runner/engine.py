@@ -31,7 +31,7 @@ from mixboard.ops.checks import build_impl
 from . import checks
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
 from .host_memory import reuse_freed_memory
-from .loader import load_model, products
+from .loader import build_model, load_model, products
 from .tokenizer import encode_prompt, load_tokenizer
 from .sampling import SamplingParams, sample
 from .scheduler import Scheduler
@@ -126,15 +126,18 @@ class Engine:
         if reuse_host_memory:
             reuse_freed_memory()
         self.registry = registry or get_registry()
+        # the plan (strict rules) and the tokenizer first: a mistake in either costs no weight load
+        self.plan = self.registry.plan(build_model(model, dtype).layer_decls(), self.env, backend)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
         # what runs the stateless projections (models/linear.py), in words: printed by `mixboard run`
         self.products = products(self.device, torch_dtype(dtype))
-        self.plan = self.registry.plan(self.model.layer_decls(), self.env, backend)
         self.cache = CacheManager(self.plan, self.device, cache_memory, max_seqs, block_size)
         self.scheduler = Scheduler(self.cache, self.cache.max_seqs, max_batched_tokens)
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.stats = Stats()
         self._lock = threading.RLock()  # one step (and one change of the queues) at a time
+        self._stepping = None  # the thread inside a step: see _drop
+        self._dropped: list[list[Sequence]] = []
         self._bind()
 
     def _bind(self) -> None:
@@ -206,7 +209,9 @@ class Engine:
         If the step raises, the sequences it scheduled hold no block or slot
         and wait to be recomputed from their tokens; the error propagates."""
         with self._lock:
+            self._abort_dropped()
             batch = []
+            self._stepping = threading.get_ident()
             try:
                 batch = self.scheduler.schedule()
                 if not batch:
@@ -215,6 +220,8 @@ class Engine:
             except BaseException:
                 self.scheduler.recompute([seq for seq, _ in batch])
                 raise
+            finally:
+                self._stepping = None
 
     def _run(self, batch: list[tuple[Sequence, int]]) -> list[Sequence]:
         started = time.perf_counter()
@@ -275,68 +282,85 @@ class Engine:
     def stream(self, prompts: list[list[int]] | list[str], params: SamplingParams | None = None) -> Iterator[Token]:
         """Generate for every prompt, yielding each token as it is made.
 
-        Prompts are checked (and queued) before the first token; closing the
-        iterator early, or an error, aborts this call's requests."""
-        return self._follow(self._submit(prompts, params))
+        Prompts are checked when this is called and queued at the first
+        ``next()``; closing the iterator early, or an error, aborts this
+        call's requests."""
+        return self._follow(self._requests(prompts, params))
 
     def generate(self, prompts: list[list[int]] | list[str], params: SamplingParams | None = None,
                  progress=None) -> list[Output]:
         """Generate for every prompt (token ids, or text when a tokenizer is set).
-        ``progress(engine, finished_sequences)`` is called after each step."""
+        ``progress(engine, finished_sequences)`` is called after each step.
+
+        ``engine.stats`` then holds the steps since the last generate that
+        began on an idle engine: with several threads, everybody's steps."""
         started = time.perf_counter()
+        seqs = self._requests(prompts, params)
         with self._lock:
-            if not self.scheduler.has_work():  # the stats of this call (with other threads: of everybody's steps)
-                self.stats = Stats(preemptions=self.scheduler.preemptions)
-            first_preemptions = self.stats.preemptions
-        seqs = self._submit(prompts, params)
+            if not self.scheduler.has_work():
+                self.stats = Stats()
+            stats, first_preemptions = self.stats, self.scheduler.preemptions
         for _ in self._follow(seqs, progress, tokens=False):
             pass
-        self.stats.wall_s = time.perf_counter() - started
-        self.stats.preemptions = self.scheduler.preemptions - first_preemptions
+        stats.wall_s = time.perf_counter() - started
+        stats.preemptions = self.scheduler.preemptions - first_preemptions
         return [Output(s.prompt_ids, s.output_ids, self._decode(s.output_ids), s.finish_reason) for s in seqs]
 
-    def _submit(self, prompts, params) -> list[Sequence]:
-        """Check every prompt, then queue them all (or none)."""
-        prompts = checks.listing("prompts", prompts, "prompts (text or token ids)")
+    def _requests(self, prompts, params) -> list[Sequence]:
+        """A sequence for every prompt, each checked (none is queued yet)."""
+        prompts = checks.prompts(prompts)
         params = checks.instance("params", params or SamplingParams(), SamplingParams)
-        ids = [self._check_prompt(self._encode(p)) for p in prompts]
-        seqs = [Sequence(i, params) for i in ids]
-        with self._lock:
-            for seq in seqs:
-                self.scheduler.add(seq)
-        return seqs
+        return [Sequence(self._check_prompt(self._encode(p)), params) for p in prompts]
 
     def _follow(self, seqs: list[Sequence], progress=None, tokens: bool = True) -> Iterator[Token]:
-        """Step until ``seqs`` finish (other threads' steps count too),
-        yielding their new tokens when ``tokens``; whatever stops it early
-        aborts them."""
+        """Queue ``seqs`` and step until they finish (other threads' steps
+        count too), yielding their new tokens when ``tokens``; whatever stops
+        it early aborts them."""
         sent = [0] * len(seqs)  # tokens yielded, and their text, per sequence
         shown = [""] * len(seqs)
         try:
+            with self._lock:
+                for seq in seqs:
+                    self.scheduler.add(seq)
             while True:
                 with self._lock:
                     done = self.step() if any(s.status is not Status.FINISHED for s in seqs) else None
+                    # what each sequence has now: another thread may step while this one yields
+                    now = [(list(s.output_ids), s.finish_reason) for s in seqs] if tokens else None
                 if done is not None and progress is not None:
                     progress(self, done)
                 if tokens:
-                    yield from self._new_tokens(seqs, sent, shown)
+                    yield from self._new_tokens(now, sent, shown)
                 if done is None:
                     return
         finally:
-            with self._lock:
-                for seq in seqs:
-                    if seq.status is not Status.FINISHED:
-                        self.scheduler.abort(seq)
-                self.scheduler.reclaim()
+            self._drop(seqs)
 
-    def _new_tokens(self, seqs: list[Sequence], sent: list[int], shown: list[str]) -> Iterator[Token]:
-        for i, seq in enumerate(seqs):
-            out = seq.output_ids
+    def _drop(self, seqs: list[Sequence]) -> None:
+        """Abort what of ``seqs`` is unfinished. A stream the garbage collector
+        closes may do this inside a step of this same thread (the lock lets it
+        in): then it waits for the next step, never cutting into this one."""
+        if self._stepping == threading.get_ident():
+            self._dropped.append(seqs)
+            return
+        with self._lock:
+            for seq in seqs:
+                if seq.status is not Status.FINISHED:
+                    self.scheduler.abort(seq)
+
+    def _abort_dropped(self) -> None:
+        while self._dropped:
+            for seq in self._dropped.pop():
+                if seq.status is not Status.FINISHED:
+                    self.scheduler.abort(seq)
+
+    def _new_tokens(self, now: list[tuple[list[int], str | None]], sent: list[int], shown: list[str]) -> Iterator[Token]:
+        for i, (out, reason) in enumerate(now):
             while sent[i] < len(out):
                 sent[i] += 1
-                last = sent[i] == len(out) and seq.status is Status.FINISHED
+                last = sent[i] == len(out) and reason is not None
                 yield Token(i, out[sent[i] - 1], self._text_delta(out[:sent[i]], shown, i, last),
-                            seq.finish_reason if last else None)
+                            reason if last else None)
 
     def _text_delta(self, ids: list[int], shown: list[str], i: int, last: bool) -> str | None:
         """What ``ids``' last token adds to output ``i``'s text (``shown[i]``
@@ -373,7 +397,8 @@ class Engine:
         return torch.cat(rows).float()
 
     def _encode(self, prompt) -> list[int]:
-        return encode_prompt(self.tokenizer, checks.utf8(prompt))
+        ids = checks.prompt_ids(prompt)
+        return ids if ids is not None else encode_prompt(self.tokenizer, checks.utf8(prompt))
 
     def _decode(self, ids: list[int]) -> str | None:
         return None if self.tokenizer is None else self.tokenizer.decode(ids)

@@ -103,7 +103,7 @@ def weight_files(directory: Path) -> list[Path]:
     index = directory / INDEX
     if index.is_file():
         files = sorted({_shard(directory, index, name) for name in _weight_map(index).values()})
-        missing = [f.name for f in files if not f.is_file()]
+        missing = [show(str(f.relative_to(directory))) for f in files if not f.is_file()]
         if missing:
             raise ModelError(f"{index} names shards that are missing: {', '.join(missing)}")
         return files

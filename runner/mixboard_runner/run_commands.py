@@ -123,7 +123,10 @@ def parse_size(text: str) -> int:
     if not match:
         raise UsageError(f"bad size {text!r}: write bytes or a number with KiB, MiB, GiB (e.g. 512MiB)")
     unit = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-    return int(float(match.group(1)) * unit[match.group(2)])
+    size = float(match.group(1)) * unit[match.group(2)]
+    if not size < 2**63:
+        raise UsageError(f"size {text!r} is too large")
+    return int(size)
 
 
 def parse_ids(text: str) -> list[int]:
@@ -214,6 +217,9 @@ def _print_streamed(tokens, count: int) -> None:
             if shown < count:
                 sys.stdout.write(f"\n[{shown}]\n")
         sys.stdout.flush()
+    for i in range(shown + 1, count):  # outputs that ended without a token of their own to show them
+        sys.stdout.write(f"\n[{i}]\n" + "".join(t.text if t.text is not None else f"{t.token_id}," for t in held[i]))
+    sys.stdout.flush()
 
 
 class _Progress:

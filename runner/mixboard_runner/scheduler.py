@@ -92,8 +92,8 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self.running.remove(seq)
         seq.status = Status.WAITING
+        seq.num_computed = 0  # before the state goes: never a waiting sequence that claims context it lost
         self.cache.free(seq)
-        seq.num_computed = 0
 
     def recompute(self, seqs: list[Sequence]) -> None:
         """After a failed step: ``seqs`` may hold half-written state; they
@@ -106,11 +106,13 @@ class Scheduler:
     def reclaim(self) -> None:
         """Make the queues and the cache agree after an interrupted change:
         finished sequences leave the queues, each live one is queued once,
-        and every block and slot no live sequence holds is free."""
+        waiting ones hold nothing, and every block and slot no running
+        sequence holds is free. Only failure paths call it: on a clean run it
+        would hide a leak."""
         running = [s for s in dict.fromkeys(self.running) if s.status is Status.RUNNING]
         taken = set(running)
         waiting = [s for s in dict.fromkeys(self.waiting) if s.status is not Status.FINISHED and s not in taken]
-        for seq in waiting:
-            seq.status = Status.WAITING
+        for seq in waiting:  # a waiting sequence starts over: it holds no state
+            seq.status, seq.num_computed, seq.blocks, seq.slot = Status.WAITING, 0, [], None
         self.running, self.waiting = running, deque(waiting)
-        self.cache.reclaim(running + waiting)
+        self.cache.reclaim(running)

@@ -162,7 +162,7 @@ def test_a_prompt_that_is_not_utf8_gets_one_line():
 
 def _on_a_terminal(args, until=None, timeout=60):
     """Run ``mixboard`` with a pseudo-terminal as stdout; with ``until``, send
-    Ctrl-C's SIGINT once that text shows. Returns (status, stdout, stderr)."""
+    Ctrl-C's SIGINT once 8 bytes followed that text. Returns (status, stdout, stderr)."""
     import pty
     import select
     import signal
@@ -180,7 +180,7 @@ def _on_a_terminal(args, until=None, timeout=60):
             except OSError:  # the child closed the terminal
                 break
             shown += chunk
-            if until is not None and until in shown:
+            if until is not None and until in shown and len(shown.split(until, 1)[1]) >= 8:  # tokens came
                 proc.send_signal(signal.SIGINT)
                 until = None
         elif proc.poll() is not None:
@@ -201,5 +201,6 @@ def test_run_on_a_terminal_streams_the_same_outputs():
 
 
 def test_ctrl_c_prints_one_line_and_exits_130():
-    status, shown, err = _on_a_terminal(["run", "--max-tokens", "100000", "--ignore-eos"], until=b"[0]")
+    # the signal comes once tokens are being printed: it lands in the middle of generation
+    status, shown, err = _on_a_terminal(["run", "--max-tokens", "100000", "--ignore-eos"], until=b"[0]\r\n")
     assert status == 130 and err.strip() == "mixboard run: interrupted", (status, err)

@@ -45,7 +45,7 @@ def check_size(label: str, value, low: int = 1, high: int | None = MAX_SIZE) -> 
 
 def check_number(label: str, value, zero_ok: bool = False) -> float:
     """A finite number above 0 (or >= 0 with ``zero_ok``)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(_float(value))
     if not ok or value < 0 or (value == 0 and not zero_ok):
         wanted = "a finite number >= 0" if zero_ok else "a finite number above 0"
         raise ModelError(f"config.json: {label} must be {wanted}, not {show(value)}")
@@ -192,6 +192,14 @@ def _rope_scaling(key: str, scaling) -> dict | None:
         check_size(f"'{key}.original_max_position_embeddings'", scaling.get("original_max_position_embeddings"),
                    high=None)
     return scaling
+
+
+def _float(value) -> float:
+    """float(value), an int too large for a float being infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _json_float(value) -> float:
