@@ -22,5 +22,11 @@ class SelectionError(MixboardError):
         self.candidates = dict(candidates or {})
 
 
+class BackendError(MixboardError):
+    """A backend raised while making a layer's impl, building a step's
+    metadata or running a layer. The message names the backend, the layer
+    and what it raised, in one line; the original is the ``__cause__``."""
+
+
 class PluginError(MixboardError):
     """A plugin fault while ``MIXBOARD_STRICT_PLUGINS=1`` is set."""

@@ -29,6 +29,7 @@ from mixboard.errors import UsageError
 from mixboard.ops.checks import build_impl
 
 from . import checks
+from .blame import blame, blaming
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
 from .host_memory import reuse_freed_memory
 from .loader import build_model, load_model, products
@@ -145,13 +146,21 @@ class Engine:
         builders: dict[tuple, int] = {}
         self.builders = []
         self.runtimes = {}
+        self._owners = {}  # id(impl or builder) -> (backend, layer): whom an error blames
         for layer in self.plan.layers:
             backend = layer.selection.backend
             key = (layer.backend, layer.spec)
             if key not in builders:
-                builders[key] = len(self.builders)
-                self.builders.append(backend.builder(layer.spec, self.env))
-            impl = build_impl(backend, layer.spec, self.env, layer.name)
+                with blaming(layer.backend, layer.name, "making its builder"):
+                    builders[key] = len(self.builders)
+                    self.builders.append(backend.builder(layer.spec, self.env))
+                built = self.builders[-1]
+                for owner in (built, getattr(built, "__self__", None)):  # an object, or a bound method's object
+                    if owner is not None:
+                        self._owners[id(owner)] = (layer.backend, layer.name)
+            with blaming(layer.backend, layer.name, "making its impl"):
+                impl = build_impl(backend, layer.spec, self.env, layer.name)
+            self._owners[id(impl)] = (layer.backend, layer.name)
             self.runtimes[layer.name] = (impl, self.cache.pools[layer.name], builders[key])
 
     # -- limits ----------------------------------------------------------
@@ -217,8 +226,11 @@ class Engine:
                 if not batch:
                     return self._unschedulable() if self.scheduler.waiting else []
                 return self._run(batch)
-            except BaseException:
+            except BaseException as exc:
                 self.scheduler.recompute([seq for seq, _ in batch])
+                error = blame(exc, self._owners)
+                if error is not None:
+                    raise error from exc
                 raise
             finally:
                 self._stepping = None
@@ -391,6 +403,11 @@ class Engine:
                         raise UsageError("the cache cannot hold this sequence while others run; raise --cache-memory")
                     self.cache.allocate(seq, n)
                     rows.append(self._forward([(seq, n)], all_logits=True))
+            except BaseException as exc:
+                error = blame(exc, self._owners)
+                if error is not None:
+                    raise error from exc
+                raise
             finally:
                 self.cache.free(seq)
                 self.scheduler.reclaim()  # whatever an interrupt left half done
@@ -415,3 +432,4 @@ def _check_fits_memory(cache_memory: int, device: torch.device) -> None:
     if cache_memory > total:
         raise UsageError(f"cache memory of {cache_memory / 2**30:.1f} GiB is more than this machine has "
                          f"({total / 2**30:.1f} GiB); lower --cache-memory")
+
