@@ -126,3 +126,12 @@ def test_every_command_has_help(site, command):
 def test_strict_plugins_makes_the_fault_an_error(site):
     out = mixboard(site, "plugins", env={"MIXBOARD_STRICT_PLUGINS": "1"})
     assert out.returncode == 1 and "vendor_runtime_that_is_missing" in out.stderr
+
+
+def test_a_command_prints_no_warning_of_torch_without_numpy():
+    # numpy is a dependency of mixboard itself (not only of the tests): without it torch warns on import
+    from importlib.metadata import requires
+
+    assert any(r.split(";")[0].strip() == "numpy" for r in requires("mixboard"))
+    out = subprocess.run([sys.executable, "-m", "mixboard_runner", "backends"], capture_output=True, text=True)
+    assert out.returncode == 0 and "NumPy" not in out.stderr, out.stderr
