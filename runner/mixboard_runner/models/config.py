@@ -63,9 +63,6 @@ class ConfigReader:
             raise ModelError(f"config.json has no {key!r}, which a {self.model_type} model needs")
         return value
 
-    def req(self, key: str, kind: type = int):
-        return self._typed(key, self._value(key, _REQUIRED), kind)
-
     def opt(self, key: str, default, kind: type | None = None):
         value = self.config.get(key)
         if value is None:
