@@ -31,6 +31,18 @@ def blaming(backend: str, layer: str, doing: str):
         raise
 
 
+@contextmanager
+def blamed(owners: dict[int, tuple[str, str]]):
+    """What the block raises from a backend's impl or builder (see ``blame``) names it."""
+    try:
+        yield
+    except BaseException as exc:
+        error = blame(exc, owners)
+        if error is not None:
+            raise error from exc
+        raise
+
+
 def blame(exc: BaseException, owners: dict[int, tuple[str, str]]):
     """The BackendError for ``exc`` raised during a step, or None when no
     backend's code raised it. ``owners`` maps id(impl or builder) to

@@ -46,9 +46,7 @@ def flag(name: str, value) -> bool:
 
 def token_ids(name: str, value) -> tuple[int, ...]:
     """A sequence of non-negative token ids (a lone int or a string is a mistake, not a sequence)."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise UsageError(f"{name} must be a list of token ids, not {value!r}")
-    return tuple(integer(f"{name} entry", t, 0) for t in value)
+    return tuple(integer(f"{name} entry", t, 0) for t in listing(name, value, "token ids"))
 
 
 def _range(low, high) -> str:

@@ -29,7 +29,7 @@ from mixboard.errors import UsageError
 from mixboard.ops.checks import build_impl
 
 from . import checks
-from .blame import blame, blaming
+from .blame import blamed, blaming
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
 from .host_memory import reuse_freed_memory
 from .loader import build_model, load_model, products
@@ -217,8 +217,9 @@ class Engine:
 
         If the step raises, the sequences it scheduled hold no block or slot
         and wait to be recomputed from their tokens; the error propagates."""
-        with self._lock:
-            self._abort_dropped()
+        with self._lock, blamed(self._owners):
+            while self._dropped:
+                self._abort_unfinished(self._dropped.pop())
             batch = []
             self._stepping = threading.get_ident()
             try:
@@ -226,11 +227,8 @@ class Engine:
                 if not batch:
                     return self._unschedulable() if self.scheduler.waiting else []
                 return self._run(batch)
-            except BaseException as exc:
+            except BaseException:
                 self.scheduler.recompute([seq for seq, _ in batch])
-                error = blame(exc, self._owners)
-                if error is not None:
-                    raise error from exc
                 raise
             finally:
                 self._stepping = None
@@ -356,15 +354,12 @@ class Engine:
             self._dropped.append(seqs)
             return
         with self._lock:
-            for seq in seqs:
-                if seq.status is not Status.FINISHED:
-                    self.scheduler.abort(seq)
+            self._abort_unfinished(seqs)
 
-    def _abort_dropped(self) -> None:
-        while self._dropped:
-            for seq in self._dropped.pop():
-                if seq.status is not Status.FINISHED:
-                    self.scheduler.abort(seq)
+    def _abort_unfinished(self, seqs: list[Sequence]) -> None:
+        for seq in seqs:
+            if seq.status is not Status.FINISHED:
+                self.scheduler.abort(seq)
 
     def _new_tokens(self, now: list[tuple[list[int], str | None]], sent: list[int], shown: list[str]) -> Iterator[Token]:
         for i, (out, reason) in enumerate(now):
@@ -395,7 +390,7 @@ class Engine:
         prefix_len = checks.integer("prefix_len", prefix_len, 0, len(token_ids))
         seq = Sequence(token_ids, SamplingParams())
         rows = []
-        with self._lock:
+        with self._lock, blamed(self._owners):
             try:
                 chunks = ([prefix_len] if prefix_len else []) + [1] * (len(token_ids) - prefix_len)
                 for n in chunks:
@@ -403,14 +398,11 @@ class Engine:
                         raise UsageError("the cache cannot hold this sequence while others run; raise --cache-memory")
                     self.cache.allocate(seq, n)
                     rows.append(self._forward([(seq, n)], all_logits=True))
-            except BaseException as exc:
-                error = blame(exc, self._owners)
-                if error is not None:
-                    raise error from exc
-                raise
-            finally:
+            except BaseException:
                 self.cache.free(seq)
                 self.scheduler.reclaim()  # whatever an interrupt left half done
+                raise
+            self.cache.free(seq)
         return torch.cat(rows).float()
 
     def _encode(self, prompt) -> list[int]:
