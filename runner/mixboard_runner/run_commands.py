@@ -206,7 +206,7 @@ def _print_streamed(tokens, count: int) -> None:
         held[token.index].append(token)
         while shown < count:
             for t in held[shown]:
-                sys.stdout.write(t.text if t.text is not None else f"{t.token_id},")
+                sys.stdout.write(_piece(t))
                 if t.finish_reason:
                     sys.stdout.write(f"\n({t.finish_reason})\n")
                     ended[shown] = True
@@ -218,8 +218,13 @@ def _print_streamed(tokens, count: int) -> None:
                 sys.stdout.write(f"\n[{shown}]\n")
         sys.stdout.flush()
     for i in range(shown + 1, count):  # outputs that ended without a token of their own to show them
-        sys.stdout.write(f"\n[{i}]\n" + "".join(t.text if t.text is not None else f"{t.token_id}," for t in held[i]))
+        sys.stdout.write(f"\n[{i}]\n" + "".join(_piece(t) for t in held[i]))
     sys.stdout.flush()
+
+
+def _piece(token) -> str:
+    """What a streamed token shows: its text, or its id for a model without a tokenizer."""
+    return token.text if token.text is not None else f"{token.token_id},"
 
 
 class _Progress:
