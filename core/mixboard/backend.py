@@ -1,23 +1,29 @@
 """The Backend contract: a class that implements one kind.
 
 The registry never instantiates a backend class; it reads its declarations
-and calls its classmethods. A minimal backend::
+and calls its classmethods. A backend and its impl (the object that runs the
+kind's ``forward``; docs/plugins.md builds a complete one)::
 
-    from mixboard import Backend
+    from mixboard import AttentionImpl, Backend
+
+    class AcmeAttentionImpl(AttentionImpl):
+        def __init__(self, spec):
+            self.spec = spec
+
+        def forward(self, q, k, v, state, meta):
+            ...  # the kind's contract: help(mixboard.AttentionImpl)
 
     class AcmeAttention(Backend):
         name = "acme_attn"           # unique across all plugins
         kind = "attention"
-        priority = 50                # higher wins among backends that pass
-        devices = ("cuda",)          # torch device types, or ("*",) for any
-        dtypes = ("bfloat16", "float16")
-        requires = ("acme_kernels",) # modules that must be importable (not imported to check)
-        install_hint = "pip install acme-kernels"
+        priority = 5                 # higher wins among backends that pass (first-party: 10, 20, 100)
+        devices = ("*",)             # torch device types, or ("*",) for any
+        dtypes = ("float32", "bfloat16", "float16")
         api_version = 1              # the plugin API this backend was written for
 
         @classmethod
         def check(cls, spec, env):
-            return [] if spec.head_size in (64, 128) else [f"head_size {spec.head_size} is not 64 or 128"]
+            return [] if spec.head_size <= 256 else [f"head_size {spec.head_size} is above 256"]
 
         @classmethod
         def make_impl(cls, spec, env):
@@ -48,6 +54,42 @@ def _identity(common: "CommonBatchMetadata") -> "CommonBatchMetadata":
 
 
 class Backend:
+    """A class that implements one kind; subclass it and declare:
+
+    name: unique among all installed backends (two plugins registering one
+        name are both left out).
+    kind: the kind served: attention, mamba1, mamba2, short_conv, or a kind
+        a plugin defines.
+    priority: int, default 0. Among the backends that pass every check for
+        a layer, the highest priority wins; ties break on name. First-party
+        values: 100 for a vendor library's kernels (flash_attn,
+        mamba2_triton, mamba1_cuda, short_conv_cuda), 20 for the
+        first-party CPU kernels (sdpa_cpu, mamba2_cpu, mamba1_cpu,
+        short_conv_cpu), 10 for portable PyTorch (sdpa, mamba2_torch,
+        mamba1_torch, short_conv_torch). A negative value is only lower:
+        the backend is still chosen where nothing above it passes.
+    devices: torch device types served ("cuda", "cpu", ...), or ("*",).
+    dtypes: the layer dtypes served ("float32", "bfloat16", ...).
+    requires: module names the kernels need, found with
+        ``importlib.util.find_spec`` (never imported to check);
+        ``install_hint`` is shown when one is missing.
+    api_version: the plugin API written for (``mixboard.API_VERSION``).
+    description: one line about the backend (optional; no command shows it today).
+    tolerances, expected_failures: what the conformance kit holds the
+        backend to (optional; docs/conformance.md).
+
+    name, kind, devices, dtypes and api_version must be set on the class
+    itself (inherited ones are refused). The registry calls the
+    classmethods below and never makes an instance. In order: ``check``
+    when selecting (listing and explaining too); ``state_spec`` when
+    planning the pools; ``builder`` once per group of layers (same backend,
+    same spec) and ``make_impl`` once per layer when a model is built; then
+    every step, the builder's function once and each layer's
+    ``impl.forward`` once. The forward contract of each kind is its impl
+    interface's docstring: ``help(mixboard.AttentionImpl)``, and
+    ``help(mixboard.CommonBatchMetadata)`` for the step's metadata.
+    """
+
     name: ClassVar[str]
     kind: ClassVar[str]
     priority: ClassVar[int] = 0
@@ -88,12 +130,20 @@ class Backend:
 
     @classmethod
     def builder(cls, spec: Any, env: "Environment") -> Callable[["CommonBatchMetadata"], Any]:
-        """A function the runner calls once per step per group, turning the
-        common batch metadata into what this backend's kernels need (the
-        ``meta`` its impl receives). The default passes it through."""
+        """A function from the step's ``CommonBatchMetadata`` to the ``meta``
+        this backend's impls receive: what its kernels need (offsets in
+        their dtype, a plan of the step), worked out once instead of once
+        per layer. Called once per group of layers (same backend, same
+        spec) when a model is built; the function is then called once per
+        step, and its result is given to every layer of the group. It must
+        not change the metadata; its result's public fields must not change
+        after it returns (fields named ``_...`` may serve as a memo or
+        workspace). The default passes the metadata through."""
         return _identity
 
     @classmethod
     def make_impl(cls, spec: Any, env: "Environment") -> Any:
-        """The object that runs the kind's operation (an instance of the kind's impl interface)."""
+        """The object that runs the kind's operation: an instance of a
+        subclass of the kind's impl interface (``mixboard.AttentionImpl``,
+        ...), one per layer. Import heavy modules here, not at module level."""
         raise NotImplementedError(f"backend {cls.name!r} does not implement make_impl")

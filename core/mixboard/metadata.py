@@ -1,10 +1,5 @@
 """Common batch metadata: built once per step by the runner, handed to every
-group's builder.
-
-Tokens of all sequences in a step are packed along one axis (no padding).
-Sequences are ordered decodes first (one new token and earlier context), then
-prefills (the rest). A prefill whose ``context_lens`` is above zero continues
-from the sequence's saved state: a chunked prompt, or a resumed sequence.
+group's builder. ``help(CommonBatchMetadata)`` documents every field.
 """
 
 from __future__ import annotations
@@ -19,6 +14,78 @@ import torch
 
 @dataclass
 class CommonBatchMetadata:
+    """One step of a batch, described once for every layer.
+
+    The runner builds one per step (``CommonBatchMetadata.build``) and gives
+    the same object to every group's builder; what a builder returns is the
+    ``meta`` its layers' ``forward`` receives (the default builder passes this
+    object itself). Nothing here may be changed by a backend: not a tensor's
+    values, not a field (the conformance kit compares every field before and
+    after each builder and ``forward`` call, and fails naming the field).
+
+    Rows. The new tokens of all sequences are packed along one axis of T =
+    ``num_tokens`` rows, without padding: the rows of sequence ``i`` are
+    ``query_start_loc[i]`` to ``query_start_loc[i + 1]`` (exclusive).
+    Sequence ``i``'s new token ``j`` sits at position ``context_lens[i] + j``
+    of the sequence (positions count from 0). Sequences come in this order:
+
+    * decodes first: the first ``num_decodes`` sequences have one new token
+      each and ``context_lens > 0``, so decode ``i`` is row ``i``;
+    * then prefills: every other sequence. A prefill with ``context_lens`` 0
+      is fresh (its first tokens); one with ``context_lens > 0`` continues
+      from its saved state (the next chunk of a long prompt, or a resumed
+      sequence). A fresh prompt of one token is a prefill, not a decode.
+
+    No other order is promised (not by length, slot or age).
+
+    Fields (int32 tensors unless said; "device" is the run's device):
+
+    num_seqs: int. Sequences in the step (>= 1).
+    num_decodes: int. The first ``num_decodes`` sequences are the decodes.
+    num_tokens: int. T, the rows of every per-token input (>= 1).
+    max_query_len: int. The most new tokens of one sequence.
+    max_seq_len: int. The largest ``seq_lens``.
+    block_size: int. Tokens per block of every paged pool (dim 1 of the pool).
+    query_start_loc: [num_seqs + 1] on the device. Row offsets: 0, then the
+        running sum of each sequence's new tokens; the last is num_tokens.
+    seq_lens: [num_seqs] on the device. context_lens + new tokens: the
+        sequence's length once this step is done.
+    context_lens: [num_seqs] on the device. Tokens processed in earlier
+        steps, whose state the backend saved then. 0: a fresh sequence,
+        which must start from zero state and ignore what its records hold
+        (they may hold a finished sequence's state).
+    state_slots: [num_seqs] on the device. Each sequence's record in the
+        'slots' pools (``pool[state_slots[i]]``); distinct within a step.
+        Any slot id may occur, 0 included; ids are not in any order. In a
+        model without 'slots' state they are all 0 and mean nothing.
+    block_table: [num_seqs, max_blocks] on the device. Row ``i`` lists the
+        blocks of sequence ``i`` in the 'paged' pools, in position order:
+        position ``p`` lives in block ``block_table[i, p // block_size]`` at
+        offset ``p % block_size``. Only the first ``ceil(seq_lens[i] /
+        block_size)`` entries are the sequence's; the rest of the row is
+        padding, filled with 0, which is a real block id (possibly another
+        sequence's): never read through padding unmasked, never write
+        through it. In a model without 'paged' state: zeros [num_seqs, 1].
+    slot_mapping: int64 [num_tokens] on the device. For each row, where its
+        token goes in the 'paged' pools, as ``block * block_size + offset``
+        (a row of the pool seen as ``[num_blocks * block_size, ...]``).
+        Empty in a model without 'paged' state.
+    query_start_loc_cpu, seq_lens_cpu, context_lens_cpu, state_slots_cpu,
+    block_table_cpu: host (CPU) copies of the same values, so that a
+        builder can plan without waiting for the device. On a CPU run a
+        device tensor and its host copy are one tensor.
+    block_range: (int, int). The smallest and largest block id the step's
+        sequences own (read or write); (0, -1) without paged state.
+
+    Derived, read-only: ``num_prefills`` (num_seqs - num_decodes),
+    ``num_decode_tokens`` (= num_decodes), and ``sequence_rows`` (host int64
+    [num_seqs, 4]: first row, end row, state slot, has context; made on
+    first use, then shared by every layer).
+
+    All tensors are contiguous. ``build`` makes one from plain lists, as the
+    runner, the kit and tests do.
+    """
+
     num_seqs: int
     num_decodes: int  # the first num_decodes sequences are decodes (1 token each)
     num_tokens: int

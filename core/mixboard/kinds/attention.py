@@ -55,13 +55,53 @@ class AttentionSpec(MixerSpec):
 
 
 class AttentionImpl(MixerImpl):
+    """The impl interface of kind ``attention``: ``forward(q, k, v, state, meta)``.
+
+    The rules every kind shares (lifecycle, strides, what may change) are
+    ``help(mixboard.kinds.MixerImpl)``; the step's rows, positions,
+    slots and block table are ``help(mixboard.CommonBatchMetadata)``.
+    H = num_heads, KVH = num_kv_heads, D = head_size, T = num_tokens.
+
+    q: [T, H, D]. The step's queries, after projection and rotary embedding.
+    k, v: [T, KVH, D]. The step's keys and values, likewise.
+    state (canonical, 'paged'): ``k_cache`` and ``v_cache``, each
+        [num_blocks, block_size, KVH, D] in the layer's dtype. Position p of
+        sequence i is at ``[block_table[i, p // block_size], p % block_size]``.
+    meta: the builder's output for the step.
+    Returns: [T, H, D], the attention output before ``o_proj``.
+
+    What it computes. First this step's k, v are stored in the cache: row r
+    at flat token slot ``slot_mapping[r]`` of the pools seen as
+    [num_blocks * block_size, KVH, D]. (Earlier positions of a sequence are
+    already there from earlier steps; a sequence's positions below
+    ``context_lens[i]`` must not be rewritten.) Then each new token attends
+    over the keys of its own sequence. Row r, new token j of sequence i,
+    sits at position p = context_lens[i] + j and sees:
+
+    * causal: positions lo..p, with lo = max(0, p - sliding_window + 1)
+      under a sliding window, else 0 (a window counts the query itself);
+    * not causal: all seq_lens[i] positions, including later new tokens of
+      the step (a sliding window is refused on non-causal layers).
+
+    Query head h uses kv head h // (H // KVH) (GQA; MQA when KVH is 1).
+    The logits are ``softmax_scale * q . k`` (``spec.softmax_scale``: scale,
+    or 1/sqrt(D) when scale is None), then ``c * tanh(logits / c)`` when
+    logits_soft_cap is c, then a softmax over the visible positions; the
+    output is the softmax-weighted sum of their values. Keys read back from
+    the cache are in the cache's dtype (so a cache kept in a lower precision
+    is seen as such).
+
+    Read only positions below seq_lens[i]: a sequence's last block holds
+    stale values past them, and a fresh sequence's (context_lens 0) blocks
+    hold them everywhere until this step writes its tokens. Decodes need no
+    special path: a decode is a sequence with one new token, at position
+    seq_lens[i] - 1, that sees every earlier position (or the window's).
+    The oracle, ``mixboard.testing.AttentionOracle``, is the definition.
+    """
+
     @abstractmethod
     def forward(self, q: "Tensor", k: "Tensor", v: "Tensor", state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":
-        """q: [T, num_heads, head_size]; k, v: [T, num_kv_heads, head_size] for
-        the T new tokens of the step. state: the layer's pools (canonical:
-        ``k_cache``, ``v_cache`` of [num_blocks, block_size, num_kv_heads,
-        head_size]). meta: what the backend's builder made of the step's
-        common metadata. Returns [T, num_heads, head_size]."""
+        """Store k, v at meta's slot_mapping, attend; return [T, num_heads, head_size] (see the class docstring)."""
 
 
 def attention_state(spec: AttentionSpec) -> StateSpec:

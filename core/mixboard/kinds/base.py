@@ -93,10 +93,65 @@ def _parse(key: str, type_name: str, text: str):
         raise ValueError(f"spec field {key!r} takes {base}{hint}, not {text!r}") from None
 
 class MixerImpl(ABC):
-    """Base of every kind's impl interface.
+    """Base of every kind's impl interface: the rules every kind's ``forward`` shares.
 
-    ``layer_name`` is set by whoever builds the impl for a layer
-    (``mixboard.ops.checks.build_impl``), so that input errors name the layer.
+    Lifecycle. ``make_impl(spec, env)`` is called once per layer; the
+    caller then sets ``impl.layer_name`` (e.g. "model.layers.3.mixer"), so
+    that errors can name the layer. ``builder(spec, env)`` is called once per
+    group of layers that share a backend and spec, and the function it
+    returns is called once per step with the step's ``CommonBatchMetadata``;
+    its result is the ``meta`` of every layer of the group in that step.
+    Then, for each layer in model order, under ``torch.inference_mode()``:
+
+        out = impl.forward(*inputs, [weights,] state, meta)
+
+    inputs: the kind's per-token tensors, in the order its ``forward``
+        names them, each ``[T, ...]`` with T = ``meta``'s num_tokens: row r
+        is the r-th packed token of the step (see CommonBatchMetadata). All
+        in the layer's dtype (``spec.dtype``), on one device. The last
+        dimension has stride 1; nothing else about strides is promised:
+        they may be views into one wider buffer (the slices of a fused
+        projection's output), with a row stride larger than the row and a
+        nonzero storage offset. Call ``.contiguous()`` where a kernel needs
+        it (it copies only what is not).
+    weights: the kind's weights record (kinds with weights only): the
+        layer's tensors, in the layer's dtype, on the inputs' device. The
+        same objects every step, so derived data may be cached on the impl.
+    state: ``{name: pool}``, the layer's own pools, laid out as the
+        backend's ``state_spec(spec)`` declares (the kind's canonical layout
+        unless the backend overrides it): a 'slots' tensor of per-sequence
+        shape s is ``[num_slots, *s]``, a 'paged' tensor of per-token shape s
+        is ``[num_blocks, block_size, *s]``; contiguous, in the declared
+        dtype, on the inputs' device. Pools are never cleared between
+        sequences (the runner zeroes them once, the kit fills them with a
+        poison value): a record may hold anything when its sequence starts.
+    meta: whatever the backend's builder returned for this step (by
+        default the ``CommonBatchMetadata`` itself).
+
+    Returns: a new tensor of the kind's output shape, in the layer's dtype,
+    on the inputs' device, sharing memory with no input, weight, pool or
+    part of ``meta`` (a later layer of the group must not overwrite it).
+    Any strides; contiguous is cheapest for the caller.
+
+    May change: the pools' records that the step's sequences own, and
+    nothing else. A sequence owns slot ``state_slots[i]`` in 'slots' pools
+    and blocks ``block_table[i, :ceil(seq_lens[i] / block_size)]`` in
+    'paged' pools. After the step, a sequence's records must hold what the
+    next step needs to continue it (all ``seq_lens[i]`` tokens seen). A
+    sequence with ``context_lens == 0`` starts from zero state whatever its
+    records hold. Records of sequences not in the step (parked, finished,
+    free) must stay bit for bit unchanged, and so must slot/block ids
+    reached only through padding.
+
+    Must not change: the inputs (nor the rest of a buffer they are views
+    of), the weights, the ``CommonBatchMetadata`` (every field, host copies
+    included), and the public fields of ``meta``: every layer of the group
+    gets the same one. A builder's output may keep private fields named
+    ``_...`` as a memo or workspace, provided a layer computes the same as
+    it would with a fresh meta of its own.
+
+    ``mixboard check BACKEND`` checks each of these rules; the kind's oracle
+    in ``mixboard.testing`` is the executable definition of its numbers.
     """
 
     layer_name: str = "(unnamed layer)"

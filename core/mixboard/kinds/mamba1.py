@@ -58,11 +58,48 @@ class Mamba1Weights(Record):
 
 
 class Mamba1Impl(MixerImpl):
+    """The impl interface of kind ``mamba1``: ``forward(x, z, weights, state, meta)``.
+
+    The rules every kind shares (lifecycle, strides, what may change) are
+    ``help(mixboard.kinds.MixerImpl)``; the step's rows, slots and fresh
+    sequences are ``help(mixboard.CommonBatchMetadata)``. DI = d_inner,
+    N = d_state, R = dt_rank, W = d_conv, T = num_tokens.
+
+    x: [T, DI]. The first half of in_proj's output (the conv's input).
+    z: [T, DI]. The second half (the gate).
+    weights: ``Mamba1Weights`` (``help(Mamba1Weights)``): conv_weight
+        [DI, W], conv_bias [DI] or None, x_proj_weight [R + 2N, DI],
+        dt_proj_weight [DI, R], dt_proj_bias [DI], A [DI, N] (already
+        -exp(A_log): negative), D [DI].
+    state (canonical, 'slots', in ``state_dtype or dtype``):
+        ``conv`` [num_slots, DI, W - 1]: the sequence's last W - 1 conv
+        inputs (raw x, before the conv), oldest first: column -1 is the
+        newest; a sequence that has seen fewer keeps zeros in the oldest.
+        ``ssm`` [num_slots, DI, N]: the scan state h after the sequence's
+        last token.
+    meta: the builder's output for the step.
+    Returns: y [T, DI], before ``out_proj``.
+
+    What it computes, per sequence i, starting from zeros if context_lens[i]
+    is 0, else from the records at slot state_slots[i]; token by token:
+
+        xc = silu(conv(x))        conv[t, c] = conv_bias[c] + sum_k
+                                  conv_weight[c, k] * x[t - (W - 1) + k, c],
+                                  inputs before the step from the conv state
+        dt, B, C = split(xc @ x_proj_weight.T, [R, N, N])
+        dt = softplus(dt @ dt_proj_weight.T + dt_proj_bias)       # [DI]
+        h  = exp(dt[:, None] * A) * h + (dt * xc)[:, None] * B    # [DI, N]
+        y  = (h @ C + D * xc) * silu(z)
+
+    softplus is log(1 + exp(.)) without a linear cut-off. Afterwards the
+    sequence's slot holds its new conv state and h. Decodes are sequences
+    with one new token; a decode-only fast path must give the same numbers.
+    The oracle, ``mixboard.testing.Mamba1Oracle``, is the definition.
+    """
+
     @abstractmethod
     def forward(self, x: "Tensor", z: "Tensor", weights: Mamba1Weights, state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":
-        """x, z: [T, d_inner]. state (canonical): ``conv`` [num_slots, d_inner,
-        d_conv - 1] holding the last inputs of the conv, ``ssm`` [num_slots,
-        d_inner, d_state]. Returns y: [T, d_inner]."""
+        """Conv, selective scan and gate, states carried in slots; return y [T, d_inner] (see the class docstring)."""
 
 
 def mamba1_state(spec: Mamba1Spec) -> StateSpec:

@@ -78,12 +78,56 @@ class Mamba2Weights(Record):
 
 
 class Mamba2Impl(MixerImpl):
+    """The impl interface of kind ``mamba2``: ``forward(z, xBC, dt, weights, state, meta)``.
+
+    The rules every kind shares (lifecycle, strides, what may change) are
+    ``help(mixboard.kinds.MixerImpl)``; the step's rows, slots and fresh
+    sequences are ``help(mixboard.CommonBatchMetadata)``. H = num_heads,
+    P = head_dim, N = d_state, G = n_groups, W = d_conv, DI = d_inner = H * P,
+    CD = conv_dim = DI + 2 * G * N, T = num_tokens.
+
+    z: [T, DI]. The gate, from in_proj.
+    xBC: [T, CD]. The conv's input, from in_proj: after the conv, channels
+        0..DI-1 are x (head h is channels h*P..h*P+P-1), then B as [G, N],
+        then C as [G, N].
+    dt: [T, H]. The raw time step per head, from in_proj.
+    weights: ``Mamba2Weights`` (``help(Mamba2Weights)``): conv_weight
+        [CD, W], conv_bias [CD] or None, dt_bias [H], A [H] (already
+        -exp(A_log): negative), D [H], norm_weight [DI].
+    state (canonical, 'slots', in ``state_dtype or dtype``):
+        ``conv`` [num_slots, CD, W - 1]: the sequence's last W - 1 conv
+        inputs (raw xBC, before the conv), oldest first: column -1 is the
+        newest; a sequence that has seen fewer keeps zeros in the oldest.
+        ``ssm`` [num_slots, H, P, N]: the state S after the last token.
+    meta: the builder's output for the step.
+    Returns: y [T, DI], before ``out_proj``, in the dtype of xBC.
+
+    What it computes, per sequence i, starting from zeros if context_lens[i]
+    is 0, else from the records at slot state_slots[i]; token by token:
+
+        xBC = silu(conv(xBC))     conv[t, c] = conv_bias[c] + sum_k
+                                  conv_weight[c, k] * xBC[t - (W - 1) + k, c],
+                                  inputs before the step from the conv state
+        x, B, C = split(xBC, [DI, G * N, G * N])
+        dt = clamp(softplus(dt + dt_bias), dt_min, dt_max)        # [H]
+        for head h, of group g = h // (H // G):
+            S[h] = exp(dt[h] * A[h]) * S[h] + dt[h] * outer(x[h], B[g])   # [P, N]
+            y[h] = S[h] @ C[g] + D[h] * x[h]
+        y = y * silu(z)                                           # [DI]
+        y = y / sqrt(mean(y ** 2) + norm_eps) * norm_weight       # mean over each
+                                  group of DI / G consecutive channels
+
+    softplus is log(1 + exp(.)) without a linear cut-off. ``chunk_size`` is
+    a hint for chunked scans; the result must not depend on it. Afterwards
+    the sequence's slot holds its new conv state and S. A decode-only fast
+    path must give the same numbers.
+    The oracle, ``mixboard.testing.Mamba2Oracle``, is the definition.
+    """
+
     @abstractmethod
     def forward(self, z: "Tensor", xBC: "Tensor", dt: "Tensor", weights: Mamba2Weights,
                 state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":
-        """z: [T, d_inner]; xBC: [T, conv_dim]; dt: [T, num_heads]. state
-        (canonical): ``conv`` [num_slots, conv_dim, d_conv - 1], ``ssm``
-        [num_slots, num_heads, head_dim, d_state]. Returns y: [T, d_inner]."""
+        """Conv, SSD scan and gated norm, states carried in slots; return y [T, d_inner] (see the class docstring)."""
 
 
 def mamba2_state(spec: Mamba2Spec) -> StateSpec:

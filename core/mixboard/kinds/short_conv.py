@@ -45,11 +45,39 @@ class ShortConvWeights(Record):
 
 
 class ShortConvImpl(MixerImpl):
+    """The impl interface of kind ``short_conv``: ``forward(B, C, x, weights, state, meta)``.
+
+    The rules every kind shares (lifecycle, strides, what may change) are
+    ``help(mixboard.kinds.MixerImpl)``; the step's rows, slots and fresh
+    sequences are ``help(mixboard.CommonBatchMetadata)``. HS = hidden_size,
+    W = conv_width, T = num_tokens.
+
+    B, C, x: [T, HS] each. The three thirds of in_proj's output, in that
+        order (LFM2's B, C and x).
+    weights: ``ShortConvWeights`` (``help(ShortConvWeights)``):
+        conv_weight [HS, W], conv_bias [HS] or None.
+    state (canonical, 'slots', in ``state_dtype or dtype``):
+        ``conv`` [num_slots, HS, W - 1]: the sequence's last W - 1 conv
+        inputs, which are ``B * x`` (not x), oldest first: column -1 is the
+        newest; a sequence that has seen fewer keeps zeros in the oldest.
+    meta: the builder's output for the step.
+    Returns: y [T, HS], before ``out_proj``, in the dtype of x.
+
+    What it computes, per sequence i, starting from a zero conv state if
+    context_lens[i] is 0, else from the record at slot state_slots[i]:
+
+        u = B * x
+        y[t, c] = C[t, c] * (conv_bias[c] + sum_k conv_weight[c, k] * u[t - (W - 1) + k, c])
+
+    where u before the step's first token comes from the conv state.
+    Afterwards the sequence's slot holds its last W - 1 values of u.
+    The oracle, ``mixboard.testing.ShortConvOracle``, is the definition.
+    """
+
     @abstractmethod
     def forward(self, B: "Tensor", C: "Tensor", x: "Tensor", weights: ShortConvWeights,
                 state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":
-        """B, C, x: [T, hidden_size]. state (canonical): ``conv`` [num_slots,
-        hidden_size, conv_width - 1]. Returns y: [T, hidden_size]."""
+        """y = C * conv(B * x), the conv state carried in slots; return [T, hidden_size] (see the class docstring)."""
 
 
 def short_conv_state(spec: ShortConvSpec) -> StateSpec:
