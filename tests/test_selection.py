@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from mixboard import AttentionSpec, Backend, Mamba2Spec, Registry, SelectionError, UsageError, simulate
+from mixboard.cpu_features import CPU_FEATURES
 from mixboard.state import StateSpec
 
 CPU = simulate("cpu")
@@ -179,7 +180,9 @@ def test_plan_groups_layers_by_backend_and_state_layout():
     data = json.loads(json.dumps(plan.to_dict()))
     assert data["layers"][4]["rule"] == "model.layers.4.*=portable"
     assert data["groups"][0]["state"]["layout"] == "paged"
-    assert data["environment"] == {"device": "cpu", "capability": None, "torch_version": CPU.torch_version}
+    assert data["environment"] == {"device": "cpu", "capability": None, "torch_version": CPU.torch_version,
+                                   "runtime": None, "arch": None, "cpu_features": sorted(CPU.cpu_features,
+                                                                                         key=CPU_FEATURES.index)}
 
 
 @pytest.mark.parametrize("rules, message", [

@@ -72,6 +72,10 @@ def test_detected_environment_on_this_machine():
     env = resolve()
     assert env.torch_version == torch.__version__
     assert env.device == ("cuda" if torch.cuda.is_available() else env.device)
+    if env.device == "cuda":  # NVIDIA: sm_XY and its capability; ROCm: gfx name, no capability
+        assert (env.runtime, env.capability is None) in (("cuda", False), ("rocm", True)) and env.arch
+    if env.device == "cpu":
+        assert env.runtime is None and env.arch is None and env.capability is None
 
 
 def test_weights_records_require_every_field_and_copy_with_replace():

@@ -9,6 +9,7 @@ needs it) is loaded on first use.
 """
 
 from .backend import ANY_DEVICE, API_VERSION, SUPPORTED_API_VERSIONS, Backend
+from .devices import Device
 from .environment import Environment, detect, simulate
 from .errors import MixboardError, PluginError, SelectionError, UsageError
 from .hookspecs import hookimpl
@@ -35,7 +36,7 @@ def __getattr__(name):
 
 __all__ = [
     "ANY_DEVICE", "API_VERSION", "SUPPORTED_API_VERSIONS", "Backend", "CommonBatchMetadata",
-    "Environment", "detect", "simulate", "MixboardError", "PluginError", "SelectionError", "UsageError",
+    "Device", "Environment", "detect", "simulate", "MixboardError", "PluginError", "SelectionError", "UsageError",
     "hookimpl", "Kind", "MixerSpec", "AttentionImpl", "AttentionSpec", "Mamba1Impl", "Mamba1Spec",
     "Mamba1Weights", "Mamba2Impl", "Mamba2Spec", "Mamba2Weights", "ShortConvImpl", "ShortConvSpec",
     "ShortConvWeights", "Overrides", "Plan", "Registry", "get_registry", "reload_registry", "Selection",

@@ -1,36 +1,131 @@
-"""The environment selection runs against: device type, compute capability
-and torch version. Detected from the machine, or simulated to ask "what would
-run on an H100?" from a laptop (``--device cuda --capability 9.0``)."""
+"""The environment selection runs against: device type, GPU runtime and
+architecture, NVIDIA compute capability, CPU features and torch version.
+Detected from the machine, or simulated to ask "what would run on an H100,
+an MI300X, a Sapphire Rapids CPU?" from a laptop (``--arch sm_90``,
+``--arch gfx942``, ``--device cpu --cpu-features amx``)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 
+from . import cpu_features as _features
 from .errors import UsageError
 
-# torch's device types, in-tree and common out-of-tree (privateuse1) names.
+# torch's device types, in-tree and common out-of-tree (privateuse1) names;
+# plugins add the out-of-tree devices they describe (known_devices()).
 KNOWN_DEVICES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "npu", "xla", "meta")
+
+_SM = re.compile(r"sm_([1-9]|1\d)(\d)([af]?)")  # sm_80, sm_90a, sm_100, sm_120f
+_GFX = re.compile(r"gfx\d{1,2}[0-9a-f]{2}")  # gfx90a, gfx942, gfx1100
+ARCH_HELP = ("write sm_XY for NVIDIA (sm_80, sm_90, sm_90a, sm_100) or gfxNNN for AMD (gfx90a, gfx942, gfx1100); "
+             "a plugin's device takes its own names, with --device")
 
 
 @dataclass(frozen=True)
 class Environment:
+    """What a backend's ``check(spec, env)`` reads.
+
+    Fields:
+
+    * ``device``: torch's device type: ``"cpu"``, ``"cuda"`` (NVIDIA *and*
+      AMD ROCm GPUs: torch calls both cuda), ``"mps"``, ``"xpu"``, or an
+      out-of-tree device a plugin describes (``mixboard.Device``).
+    * ``runtime``: the GPU software stack on device cuda: ``"cuda"`` (NVIDIA)
+      or ``"rocm"`` (AMD, HIP); None on cpu and where unknown (``--device
+      cuda`` alone); a plugin's device may name its own.
+    * ``arch``: the GPU architecture: ``"sm_90"``, ``"sm_80"`` (NVIDIA),
+      ``"gfx942"``, ``"gfx90a"`` (AMD), a plugin device's name; None on cpu.
+    * ``capability``: the NVIDIA compute capability, e.g. ``(9, 0)``; None
+      on every other GPU: an AMD GPU has none (its 9.4 is not Hopper's 9.0).
+    * ``cpu_features``: a frozenset from ``mixboard.cpu_features.CPU_FEATURES``:
+      avx2, avx512, avx512_vnni, avx512_bf16, amx, neon, sve.
+    * ``torch_version``.
+
+    Helpers for ``check()``::
+
+        env.is_nvidia, env.is_rocm          # runtime "cuda" / "rocm"
+        env.capability_at_least(8, 0)       # False off NVIDIA and where unknown
+        env.has_cpu_feature("avx512")       # an unknown name raises ValueError
+        env.arch in ("gfx90a", "gfx942")    # an AMD check names architectures
+
+    For example::
+
+        if env.is_nvidia and not env.capability_at_least(8, 0):
+            reasons.append(f"needs compute capability 8.0 or newer; this GPU has {env.capability_text}")
+        if env.is_rocm and env.arch not in ("gfx90a", "gfx942"):
+            reasons.append(f"supports MI200 and MI300 (gfx90a, gfx942); this GPU is {env.arch}")
+        if env.device == "cpu" and not env.has_cpu_feature("avx512"):
+            reasons.append("needs a CPU with AVX-512")
+
+    An environment given an NVIDIA capability alone is completed with
+    runtime ``"cuda"`` and its arch (``Environment("cuda", (9, 0))`` is
+    ``sm_90``); a ROCm one given a capability is a ValueError.
+    """
+
     device: str = "cpu"
-    capability: tuple[int, int] | None = None  # CUDA/ROCm compute capability, e.g. (9, 0)
+    capability: tuple[int, int] | None = None  # NVIDIA compute capability only
     torch_version: str = ""
+    runtime: str | None = None
+    arch: str | None = None
+    cpu_features: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self):
+        if not isinstance(self.cpu_features, frozenset):
+            object.__setattr__(self, "cpu_features", frozenset(self.cpu_features))
+        if self.capability is None:
+            return
+        if self.runtime not in (None, "cuda"):
+            raise ValueError(f"capability is an NVIDIA compute capability; a {self.runtime} environment has none "
+                             f"(arch names its GPU)")
+        if self.runtime is None:
+            object.__setattr__(self, "runtime", "cuda")
+        if self.arch is None:
+            object.__setattr__(self, "arch", f"sm_{self.capability[0]}{self.capability[1]}")
+
+    @property
+    def is_nvidia(self) -> bool:
+        return self.runtime == "cuda"
+
+    @property
+    def is_rocm(self) -> bool:
+        return self.runtime == "rocm"
+
+    def capability_at_least(self, major: int, minor: int = 0) -> bool:
+        """True on an NVIDIA GPU of this compute capability or newer; False
+        on any other device, on ROCm and where the capability is unknown."""
+        return self.capability is not None and self.capability >= (major, minor)
+
+    def has_cpu_feature(self, name: str) -> bool:
+        if name not in _features.FLAGS:
+            raise ValueError(f"unknown CPU feature {name!r}; known: {', '.join(_features.CPU_FEATURES)}")
+        return name in self.cpu_features
 
     @property
     def capability_text(self) -> str | None:
         return None if self.capability is None else f"{self.capability[0]}.{self.capability[1]}"
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "capability": self.capability_text, "torch_version": self.torch_version}
+        return {"device": self.device, "capability": self.capability_text, "torch_version": self.torch_version,
+                "runtime": self.runtime, "arch": self.arch, "cpu_features": _features.ordered(self.cpu_features)}
 
     def __str__(self) -> str:
-        cap = f" (capability {self.capability_text})" if self.capability else ""
-        return f"{self.device}{cap}, torch {self.torch_version or 'unknown'}"
+        hardware = self.describe()
+        return f"{self.device}{f' ({hardware})' if hardware else ''}, torch {self.torch_version or 'unknown'}"
+
+    def describe(self) -> str:
+        """The hardware in words: "NVIDIA sm_90, capability 9.0", "AMD ROCm gfx942", "avx2, avx512"."""
+        if self.device == "cpu":
+            return ", ".join(_features.ordered(self.cpu_features)) or "none of the listed CPU features"
+        if self.is_nvidia:
+            return f"NVIDIA {self.arch}, capability {self.capability_text}" if self.capability else f"NVIDIA {self.arch or 'GPU'}"
+        if self.is_rocm:
+            return f"AMD ROCm {self.arch or 'GPU'}"
+        if self.device == "cuda":
+            return "GPU unknown: --arch says which"
+        return " ".join(p for p in (self.runtime, self.arch) if p)
 
 
 def parse_capability(text: str) -> tuple[int, int]:
@@ -40,6 +135,18 @@ def parse_capability(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def parse_gpu_arch(text: str) -> tuple[str, str, tuple[int, int] | None]:
+    """``"sm_90"`` -> ("cuda", "sm_90", (9, 0)); ``"gfx942"`` (or the target id
+    ``"gfx90a:sramecc+:xnack-"``) -> ("rocm", "gfx942", None)."""
+    name = text.strip().lower().split(":")[0]
+    match = _SM.fullmatch(name)
+    if match:
+        return "cuda", name, (int(match.group(1)), int(match.group(2)))
+    if _GFX.fullmatch(name):
+        return "rocm", name, None
+    raise UsageError(f"bad --arch {text!r}: {ARCH_HELP}")
+
+
 def _installed_torch_version() -> str:
     try:
         return metadata.version("torch")
@@ -47,29 +154,123 @@ def _installed_torch_version() -> str:
         return ""
 
 
-def simulate(device: str, capability: str | tuple[int, int] | None = None) -> Environment:
-    """An environment as described, without touching hardware."""
-    if device not in KNOWN_DEVICES:
-        raise UsageError(f"unknown device {device!r}; expected one of {', '.join(KNOWN_DEVICES)}")
+def _plugin_devices() -> dict:
+    from .registry import get_registry  # late: the registry imports this module
+
+    return get_registry().devices
+
+
+def known_devices() -> tuple[str, ...]:
+    """Device types ``simulate`` accepts: torch's common ones and those plugins describe."""
+    return KNOWN_DEVICES + tuple(sorted(set(_plugin_devices()) - set(KNOWN_DEVICES)))
+
+
+def _description(device: str):
+    """The plugin's Device for an out-of-tree device, None for torch's own; unknown names are UsageErrors."""
+    from .devices import NATIVE_DEVICE_TYPES
+
+    if device not in NATIVE_DEVICE_TYPES:
+        described = _plugin_devices().get(device)
+        if described is not None:
+            return described
+    if device in KNOWN_DEVICES:
+        return None
+    hint = ""
+    if device in ("rocm", "hip", "amd", "nvidia", "gpu"):
+        hint = " (NVIDIA and AMD GPUs are torch device cuda: --arch sm_90 or --arch gfx942 says which)"
+    raise UsageError(f"unknown device {device!r}; expected one of {', '.join(known_devices())}{hint}")
+
+
+def simulate(device: str, capability: str | tuple[int, int] | None = None, *, arch: str | None = None,
+             cpu_features=None) -> Environment:
+    """An environment as described, without touching hardware.
+
+    ``arch``: ``"sm_90"`` (NVIDIA, implies capability 9.0), ``"gfx942"``
+    (AMD ROCm), or a name a plugin's device accepts. ``cpu_features``:
+    ``"avx2,avx512"``, a set of names, or ``"none"``; None assumes this
+    machine's (``cpu_features.detect()``).
+    """
+    features = _features.detect() if cpu_features is None else _features.parse(cpu_features)
     if isinstance(capability, str):
         capability = parse_capability(capability)
-    if capability is not None and device != "cuda":
+    elif capability is not None:
+        capability = tuple(capability)
+    version = _installed_torch_version()
+    if device == "cuda":
+        return _simulated_gpu(capability, arch, features, version)
+    described = _description(device)
+    if capability is not None:
         raise UsageError(f"--capability applies to device cuda, not {device!r}")
-    return Environment(device, capability, _installed_torch_version())
+    if arch is not None:
+        if described is None:
+            raise UsageError(f"--arch applies to device cuda (sm_90, gfx942) or a plugin's device, not {device!r}")
+        if described.archs and arch not in described.archs:
+            raise UsageError(f"unknown arch {arch!r} for device {device!r}; its archs: {', '.join(described.archs)}")
+    return Environment(device, None, version, described.runtime if described else None, arch, features)
+
+
+def _simulated_gpu(capability, arch, features, version) -> Environment:
+    if arch is None:
+        return Environment("cuda", capability, version, cpu_features=features)
+    runtime, name, implied = parse_gpu_arch(arch)
+    if capability is not None and runtime == "rocm":
+        raise UsageError(f"--capability {capability[0]}.{capability[1]} is an NVIDIA compute capability; {name} is an "
+                         f"AMD GPU, which has none: drop --capability")
+    if capability is not None and capability != implied:
+        raise UsageError(f"--capability {capability[0]}.{capability[1]} contradicts --arch {name} (capability "
+                         f"{implied[0]}.{implied[1]}): give one of them")
+    return Environment("cuda", implied, version, runtime, name, features)
+
+
+def _gpu(torch, index: int | None, features: frozenset[str]) -> Environment:
+    """A visible CUDA-or-ROCm GPU: ROCm reports a capability too (9.4 on an
+    MI300), which is not NVIDIA's, so ROCm keeps only its gfx name."""
+    if index is None:
+        index = torch.cuda.current_device()
+    if getattr(torch.version, "hip", None):
+        name = getattr(torch.cuda.get_device_properties(index), "gcnArchName", "") or ""
+        return Environment("cuda", None, torch.__version__, "rocm", name.split(":")[0] or None, features)
+    return Environment("cuda", tuple(torch.cuda.get_device_capability(index)), torch.__version__, "cuda", None, features)
+
+
+def _out_of_tree(torch, features: frozenset[str]) -> Environment | None:
+    """privateuse1 renamed to a device a plugin describes, and available."""
+    name_of = getattr(torch._C, "_get_privateuse1_backend_name", None)
+    name = name_of() if name_of else "privateuseone"
+    if name == "privateuseone":
+        return None
+    described = _plugin_devices().get(name)
+    if described is None:
+        return None
+    is_available = getattr(getattr(torch, name, None), "is_available", None)
+    if is_available is not None and not is_available():
+        return None
+    arch = None
+    if described.arch is not None:
+        try:
+            arch = described.arch()
+        except Exception:  # a vendor's probe failing must not stop selection; arch stays unknown
+            arch = None
+    return Environment(name, None, torch.__version__, described.runtime, arch, features)
 
 
 @lru_cache(maxsize=1)
 def detect() -> Environment:
-    """This machine: CUDA (with its capability) if torch sees it, else torch's
-    current accelerator if any, else cpu."""
+    """This machine: a CUDA or ROCm GPU if torch sees one, else an out-of-tree
+    device a plugin describes, else torch's current accelerator, else cpu.
+    CPU features are read once from /proc/cpuinfo (torch's probe elsewhere)."""
     import torch
 
+    features = _features.detect()
     if torch.cuda.is_available():
-        return Environment("cuda", tuple(torch.cuda.get_device_capability()), torch.__version__)
+        return _gpu(torch, None, features)
+    found = _out_of_tree(torch, features)
+    if found is not None:
+        return found
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and accelerator.is_available():
-        return Environment(accelerator.current_accelerator().type, None, torch.__version__)
-    return Environment("cpu", None, torch.__version__)
+        return Environment(accelerator.current_accelerator().type, None, torch.__version__, cpu_features=features)
+    return Environment("cpu", None, torch.__version__, cpu_features=features)
 
 
 def for_device(device: str) -> Environment:
@@ -83,17 +284,22 @@ def for_device(device: str) -> Environment:
         raise UsageError(f"unknown device {device!r}: {exc}") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageError(f"device {device!r} is not available here: torch sees no CUDA device")
-        return Environment("cuda", tuple(torch.cuda.get_device_capability(dev)), torch.__version__)
-    if dev.type != "cpu" and detect().device != dev.type:
-        raise UsageError(f"device {device!r} is not available here (this machine: {detect().device})")
-    return Environment(dev.type, None, torch.__version__)
+            raise UsageError(f"device {device!r} is not available here: torch sees no CUDA or ROCm device")
+        return _gpu(torch, dev.index, _features.detect())
+    if dev.type == "cpu":
+        return Environment("cpu", None, torch.__version__, cpu_features=_features.detect())
+    here = detect()
+    if here.device != dev.type:
+        raise UsageError(f"device {device!r} is not available here (this machine: {here.device})")
+    return here
 
 
-def resolve(device: str | None = None, capability: str | None = None) -> Environment:
-    """Detected when nothing is given; simulated otherwise (the CLI's flags)."""
-    if device is None and capability is None:
+def resolve(device: str | None = None, capability: str | None = None, arch: str | None = None,
+            cpu_features: str | None = None) -> Environment:
+    """Detected when nothing is given; simulated otherwise (the CLI's flags).
+    A capability or arch alone means device cuda; CPU features alone, cpu."""
+    if device is None and capability is None and arch is None and cpu_features is None:
         return detect()
     if device is None:
-        device = "cuda"  # a capability alone only makes sense for CUDA
-    return simulate(device, capability)
+        device = "cuda" if capability is not None or arch is not None else "cpu"
+    return simulate(device, capability, arch=arch, cpu_features=cpu_features)

@@ -13,6 +13,10 @@ A plugin is a module published under the entry-point group ``mixboard``::
     @hookimpl
     def mixboard_backends():
         return [AcmeAttention]
+
+Hooks: ``mixboard_backends`` (backend classes), ``mixboard_kinds`` (new
+kinds), ``mixboard_devices`` (out-of-tree torch devices). A plugin answers
+any of them.
 """
 
 import pluggy
@@ -47,4 +51,29 @@ def mixboard_kinds():
             return [Kind(name="retention", spec=RetentionSpec, impl=RetentionImpl,
                          state_spec=retention_state, description="RetNet retention",
                          conformance="acme_retention.conformance:RETENTION")]
+    """
+
+
+@hookspec
+def mixboard_devices():
+    """Return the out-of-tree torch devices this plugin describes (a list of ``mixboard.Device``).
+
+    torch knows a vendor's device only through its one out-of-tree slot,
+    ``privateuse1``, renamed by the vendor's extension
+    (``torch.utils.rename_privateuse1_backend("acme")``). Describing it lets
+    ``mixboard backends --device acme`` simulate it from any machine,
+    ``mixboard.detect()`` recognize it where torch has it (and ask ``arch``
+    which architecture it is), and backends with ``devices = ("acme",)`` be
+    selected there. The name may not be one of torch's own device types.
+    Example::
+
+        @hookimpl
+        def mixboard_devices():
+            return [Device("acme", "Acme NPU through torch_acme (privateuse1)",
+                           archs=("acme2", "acme3"), arch=_this_machines_arch)]
+
+        def _this_machines_arch():
+            import torch_acme  # called only where torch has the device
+
+            return torch_acme.get_arch_name(0)
     """

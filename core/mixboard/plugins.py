@@ -8,8 +8,10 @@ left out while the others keep working. Faults recorded:
 * a hook raises, or returns something that is not a list;
 * an item is not a Backend subclass, lacks a declaration, targets an API
   version this mixboard does not support, or names a kind nobody defines;
-* two plugins register the same backend (or kind) name: both are left out
-  and both distributions named.
+* an item of ``mixboard_devices()`` is not a valid ``mixboard.Device`` or
+  names one of torch's own device types;
+* two plugins register the same backend (kind, device) name: both are left
+  out and both distributions named.
 
 Environment variables (entry-point names, comma separated):
 ``MIXBOARD_PLUGINS`` loads only those, ``MIXBOARD_DISABLE_PLUGINS`` skips
@@ -27,11 +29,12 @@ import pluggy
 
 from . import hookspecs
 from .backend import REQUIRED_DECLARATIONS, SUPPORTED_API_VERSIONS, Backend
+from .devices import Device, device_problem
 from .errors import PluginError
 from .kinds import BUILTIN_KINDS, Kind, MixerSpec
 
 GROUP = "mixboard"
-HOOK_NAMES = ("mixboard_backends", "mixboard_kinds")
+HOOK_NAMES = ("mixboard_backends", "mixboard_kinds", "mixboard_devices")
 
 
 # Plain classes, not dataclasses: these modules load in every process that
@@ -39,7 +42,7 @@ HOOK_NAMES = ("mixboard_backends", "mixboard_kinds")
 class PluginRecord:
     """What ``mixboard plugins`` shows for one entry point."""
 
-    __slots__ = ("name", "distribution", "version", "status", "errors", "backends", "kinds")
+    __slots__ = ("name", "distribution", "version", "status", "errors", "backends", "kinds", "devices")
 
     def __init__(self, name: str, distribution: str | None = None, version: str | None = None, status: str = "ok"):
         self.name, self.distribution, self.version = name, distribution, version
@@ -47,6 +50,7 @@ class PluginRecord:
         self.errors: list[str] = []
         self.backends: list[str] = []
         self.kinds: list[str] = []
+        self.devices: list[str] = []
 
     def fault(self, cause: str) -> None:
         self.status = "error"
@@ -88,10 +92,12 @@ class BackendEntry:
 
 
 class Loaded:
-    __slots__ = ("kinds", "backends", "plugins")
+    __slots__ = ("kinds", "backends", "plugins", "devices")
 
-    def __init__(self, kinds: dict[str, Kind], backends: dict[str, BackendEntry], plugins: list[PluginRecord]):
+    def __init__(self, kinds: dict[str, Kind], backends: dict[str, BackendEntry], plugins: list[PluginRecord],
+                 devices: dict[str, Device] | None = None):
         self.kinds, self.backends, self.plugins = kinds, backends, plugins
+        self.devices = devices if devices is not None else {}
 
     @property
     def faults(self) -> list[str]:
@@ -140,7 +146,7 @@ def load(entry_points: Iterable[metadata.EntryPoint] | None = None) -> Loaded:
 
     kinds = _collect_kinds(pm, records)
     backends = _collect_backends(pm, records, kinds)
-    loaded = Loaded(kinds, backends, plugin_list)
+    loaded = Loaded(kinds, backends, plugin_list, _collect_devices(pm, records))
     if os.environ.get("MIXBOARD_STRICT_PLUGINS", "") not in ("", "0") and loaded.faults:
         raise PluginError("plugin faults (MIXBOARD_STRICT_PLUGINS is set):\n  " + "\n  ".join(loaded.faults))
     return loaded
@@ -218,6 +224,26 @@ def _collect_kinds(pm, records) -> dict[str, Kind]:
         kinds[name] = kind
         record.kinds.append(name)
     return kinds
+
+
+def _collect_devices(pm, records) -> dict[str, Device]:
+    offered: dict[str, list[tuple[PluginRecord, Device]]] = {}
+    for record, items in _call_each(pm, "mixboard_devices", records):
+        for item in items:
+            problem = device_problem(item)
+            if problem:
+                record.fault(problem)
+            else:
+                offered.setdefault(item.name, []).append((record, item))
+    devices: dict[str, Device] = {}
+    for name, offers in sorted(offered.items()):
+        if len(offers) > 1:
+            _collision("device", name, [r for r, _ in offers])
+            continue
+        record, device = offers[0]
+        devices[name] = device
+        record.devices.append(name)
+    return devices
 
 
 def _kind_problem(item: Any) -> str | None:

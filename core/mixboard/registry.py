@@ -12,6 +12,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Iterable
 
 from .backend import Backend
+from .devices import Device
 from .environment import Environment, detect
 from .errors import SelectionError, UsageError
 from .kinds import BUILTIN_KINDS, Kind
@@ -27,6 +28,7 @@ class Registry:
         self.backends: dict[str, BackendEntry] = loaded.backends
         self.plugins: list[PluginRecord] = loaded.plugins
         self.faults: list[str] = loaded.faults
+        self.devices: dict[str, Device] = loaded.devices  # out-of-tree devices plugins describe
         by_kind: dict[str, list[BackendEntry]] = {k: [] for k in self.kinds}
         for name in sorted(self.backends):
             entry = self.backends[name]
