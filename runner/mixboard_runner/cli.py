@@ -15,11 +15,12 @@ from . import check_command, registry_commands, run_commands
 
 EPILOG = """examples:
   mixboard run                             generate with the built-in demo hybrid (all four kinds)
-  mixboard explain ./model --device cuda --capability 9.0
-                                           per-layer backend choice with every rejected candidate's reasons
+  mixboard explain ./model --arch sm_90    per-layer backend choice with every rejected candidate's reasons
   mixboard plugins                         installed plugins and their faults
-  mixboard backends --device cuda --capability 9.0
-                                           what would run on an H100
+  mixboard backends --arch sm_90           what would run on an H100 (--device cuda --capability 9.0 alike)
+  mixboard backends --arch gfx942          what would run on an MI300X (AMD ROCm)
+  mixboard backends --device cpu --cpu-features avx2
+                                           what would run on a CPU without AVX-512
   mixboard select attention --spec num_heads=32,num_kv_heads=8,head_size=128
   mixboard select mamba2 --backend mamba2=mamba2_torch --json
 

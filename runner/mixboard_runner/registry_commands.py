@@ -6,9 +6,11 @@ import argparse
 import dataclasses
 import json
 import os
+import textwrap
 
 from mixboard.dtypes import DTYPES
 
+from . import environment_flags
 from .table import render
 
 
@@ -21,11 +23,16 @@ def add_commands(commands) -> None:
     p.set_defaults(run=cmd_plugins)
 
     p = commands.add_parser("backends", help="list backends and whether each is available here",
-                            description="List every registered backend. 'available' means it would pass its "
+                            description=textwrap.fill(
+                                        "List every registered backend. 'available' means it would pass its "
                                         "checks for its kind's default spec in the environment (detected, or "
-                                        "simulated with --device/--capability); 'reasons' says why not. The "
-                                        "default spec is float32; a backend that does not serve float32 is "
-                                        "checked in the first dtype it declares, unless --dtype is given.")
+                                        "simulated with --device, --capability, --arch, --cpu-features); "
+                                        "'reasons' says why not. The default spec is float32; a backend that does "
+                                        "not serve float32 is checked in the first dtype it declares, unless "
+                                        "--dtype is given. The first line shows the environment: device, GPU "
+                                        "runtime and architecture, or CPU features. With --json every backend "
+                                        "carries it as 'environment'.", 79),
+                            epilog=environment_flags.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kind", help="only backends of this kind")
     p.add_argument("--dtype", choices=DTYPES, help="check every backend in this dtype")
     _add_environment(p)
@@ -33,10 +40,12 @@ def add_commands(commands) -> None:
     p.set_defaults(run=cmd_backends)
 
     p = commands.add_parser("select", help="which backend a layer of KIND would get, and why",
-                            description="Resolve one layer: every candidate with its reasons, and the choice. "
-                                        "Spec fields not given take the kind's documented defaults.",
+                            description=textwrap.fill("Resolve one layer: every candidate with its reasons, and the "
+                                                      "choice. Spec fields not given take the kind's documented "
+                                                      "defaults.", 79),
                             epilog="example: mixboard select attention --spec num_heads=32,num_kv_heads=8,"
-                                   "sliding_window=4096 --device cuda --capability 8.0")
+                                   "sliding_window=4096 --arch sm_80\n\n" + environment_flags.EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", metavar="KIND", help="attention, mamba1, mamba2, short_conv, or a kind a plugin defines")
     p.add_argument("--spec", default="", metavar="KEY=VALUE,...",
                    help="spec fields, e.g. num_heads=32,dtype=bfloat16 (see the fields with --spec help)")
@@ -50,14 +59,7 @@ def add_commands(commands) -> None:
 
 
 def _add_environment(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", help="simulate this torch device type (default: detect this machine)")
-    p.add_argument("--capability", metavar="X.Y", help="simulate this CUDA compute capability (implies --device cuda)")
-
-
-def _environment(args):
-    from mixboard.environment import resolve
-
-    return resolve(args.device, args.capability)
+    environment_flags.add_flags(p)
 
 
 def cmd_plugins(args) -> int:
@@ -73,6 +75,10 @@ def cmd_plugins(args) -> int:
     rows = [[r["name"], r["distribution"] or "-", r["version"] or "-", r["status"], ", ".join(r["backends"]) or "-"]
             for r in records]
     print(render(["plugin", "distribution", "version", "status", "backends"], rows))
+    registry = get_registry()
+    for r in registry.plugins:
+        for name in r.devices:
+            print(f"\n{r.name}: describes device {name}: {registry.devices[name].description}")
     for r in records:
         if r["error"]:
             print(f"\n{r['name']}: {r['error']}")
@@ -84,7 +90,8 @@ def cmd_backends(args) -> int:
     from mixboard.selection import reasons_against
 
     registry = get_registry()
-    env = _environment(args)
+    env, notes = environment_flags.resolve(args)
+    environment = env.to_dict()
     entries = registry.backends_of(args.kind) if args.kind else [registry.backends[n] for n in sorted(registry.backends)]
     out = []
     for e in sorted(entries, key=lambda e: (e.cls.kind, -e.cls.priority, e.name)):
@@ -95,11 +102,14 @@ def cmd_backends(args) -> int:
             "name": e.name, "kind": e.cls.kind, "plugin": e.plugin, "distribution": e.distribution,
             "version": e.version, "priority": e.cls.priority, "devices": list(e.cls.devices),
             "dtypes": list(e.cls.dtypes), "available": not reasons, "reasons": list(reasons),
+            "environment": environment,
         })
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"environment: {env}")
+    environment_flags.print_environment(env, notes)
+    for device in registry.devices.values():
+        print(f"device {device.name} (from a plugin): {device.description}")
     if not out:
         print("no backends registered" + (f" for kind {args.kind}" if args.kind else "")
               + "; install a plugin, e.g. pip install mixboard-sdpa")
@@ -140,7 +150,7 @@ def cmd_select(args) -> int:
     spec = registry.make_spec(args.kind, parse_spec_text(args.spec))
     rules = args.backend if args.backend is not None else os.environ.get("MIXBOARD_BACKEND")
     overrides = registry.parse_overrides(rules)
-    env = _environment(args)
+    env, notes = environment_flags.resolve(args)
     try:
         selection = registry.select(args.kind, spec, env, layer=args.layer, overrides=overrides)
     except SelectionError as exc:
@@ -158,7 +168,7 @@ def cmd_select(args) -> int:
         return 0
     rule = f" (forced by rule {selection.rule})" if selection.rule else ""
     print(f"{args.kind} -> {selection.chosen.name}{rule}")
-    print(f"environment: {env}")
+    environment_flags.print_environment(env, notes)
     print("spec: " + ", ".join(f"{k}={v}" for k, v in spec.to_dict().items()))
     rows = []
     for c in selection.candidates:

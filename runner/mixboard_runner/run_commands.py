@@ -8,6 +8,7 @@ import re
 import sys
 import time
 
+from . import environment_flags
 from .table import render
 
 DEFAULT_PROMPT = "The mixers of a hybrid model"
@@ -46,10 +47,11 @@ def add_commands(commands) -> None:
         "explain", help="per-layer backend choice and every rejected candidate's reasons, without loading weights",
         description="Plan a model without loading its weights: the backend chosen for every layer, why every "
                     "other candidate was rejected, and the groups of layers that share a backend and state layout.",
-        epilog="example: mixboard explain ./my-hybrid --device cuda --capability 9.0 --json", formatter_class=_raw())
+        epilog="examples:\n  mixboard explain ./my-hybrid --arch sm_90 --json\n  mixboard explain ./my-hybrid --arch gfx942\n\n"
+               + environment_flags.EPILOG, formatter_class=_raw())
     p.add_argument("model", nargs="?", default="demo", metavar="MODEL", help=MODEL_HELP)
     _add_common(p)
-    p.add_argument("--capability", metavar="X.Y", help="simulate this CUDA compute capability (implies --device cuda)")
+    environment_flags.add_flags(p, device=False)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--json", action="store_true", help="print a JSON object (stable contract)")
     p.set_defaults(run=cmd_explain)
@@ -65,7 +67,8 @@ def _add_common(p) -> None:
     p.add_argument("--backend", default=None, metavar="RULES",
                    help="force backends: KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated "
                         "(default: $MIXBOARD_BACKEND)")
-    p.add_argument("--device", default=None, help="torch device (run: default cpu; explain: default this machine)")
+    p.add_argument("--device", default=None, help="torch device (run: the device to run on, default cpu; explain: "
+                                                  "simulate this device type, default this machine)")
 
 
 def _rules(args):
@@ -95,18 +98,19 @@ def _compact(names) -> str:
 
 def cmd_explain(args) -> int:
     from mixboard import get_registry
-    from mixboard.environment import resolve
 
     from .loader import build_model
 
     model = build_model(args.model, args.dtype)
-    env = resolve(args.device, args.capability)
+    env, notes = environment_flags.resolve(args)
     registry = get_registry()
     plan = registry.plan(model.layer_decls(), env, registry.parse_overrides(_rules(args)))
     if args.json:
         print(json.dumps(explain_dict(plan), indent=2))
         return 0
     print_plan(plan, verbose=False)
+    for note in notes:
+        print(f"  ({note})")
     print()
     rows = []
     for layer in plan.layers:
