@@ -11,13 +11,16 @@ from importlib import metadata
 from mixboard import Backend, StateSpec
 
 MIN_CAPABILITY = (8, 0)  # "FlashAttention only supports Ampere GPUs or newer"
+# The architectures flash-attn's ROCm build (Composable Kernel) compiles for: its README's GPU_ARCHS
+# (MI200, MI300, MI350, RDNA 3 and 4). Its paged kernel wants blocks of a multiple of 128, which PAGE_MULTIPLE is.
+ROCM_ARCHS = ("gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201")
 MAX_HEAD_SIZE = 256
 HEAD_SIZE_MULTIPLE = 8
 MIN_VERSION = (2, 6)  # softcap in the varlen kernel (block_table came in 2.5)
 PAGE_MULTIPLE = 256  # "Paged KV cache block size must be divisible by 256"
 
-INSTALL_HINT = ("pip install 'mixboard-flash-attn[flash]' on a CUDA machine; flash-attn builds only with "
-                "CUDA (nvcc), see its README")
+INSTALL_HINT = ("pip install 'mixboard-flash-attn[flash]' on a CUDA or ROCm machine; flash-attn compiles its "
+                "kernels there (nvcc, or hipcc for its ROCm build), see its README")
 
 
 class FlashAttention(Backend):
@@ -29,7 +32,8 @@ class FlashAttention(Backend):
     requires = ("flash_attn",)
     install_hint = INSTALL_HINT
     api_version = 1
-    description = (f"flash-attn 2 varlen kernel over the paged cache (block_table); compute capability >= 8.0, "
+    description = (f"flash-attn 2 varlen kernel over the paged cache (block_table); NVIDIA compute capability >= 8.0 "
+                   f"or AMD {', '.join(ROCM_ARCHS[:3])} and RDNA 3/4 (ROCm, no softcap), "
                    f"head sizes up to {MAX_HEAD_SIZE} in multiples of {HEAD_SIZE_MULTIPLE}, "
                    f"cache blocks of a multiple of {PAGE_MULTIPLE} tokens")
 
@@ -43,12 +47,7 @@ class FlashAttention(Backend):
     def check(cls, spec, env):
         reasons = []
         if env.device == "cuda":  # elsewhere the device reason already says it all
-            if env.capability is None:
-                reasons.append("needs compute capability 8.0 or newer (Ampere, Ada, Hopper), and this environment's "
-                               "is unknown; pass --capability")
-            elif env.capability < MIN_CAPABILITY:
-                reasons.append(f"needs compute capability 8.0 or newer (Ampere, Ada, Hopper); this GPU has "
-                               f"{env.capability_text}")
+            reasons.extend(_gpu_reasons(spec, env))
         if spec.head_size > MAX_HEAD_SIZE or spec.head_size % HEAD_SIZE_MULTIPLE:
             # flash-attn would pad head_size to a multiple of 8 by copying the whole paged cache on every call
             reasons.append(f"head_size {spec.head_size} is not supported: flash-attn takes head sizes up to "
@@ -74,6 +73,25 @@ class FlashAttention(Backend):
         from .impl import FlashAttentionImpl
 
         return FlashAttentionImpl(spec, flash_attn_varlen_func)
+
+
+def _gpu_reasons(spec, env) -> list[str]:
+    if env.is_rocm:
+        reasons = []
+        if env.arch not in ROCM_ARCHS:
+            reasons.append(f"flash-attn's ROCm build supports {', '.join(ROCM_ARCHS)} (MI200, MI300, MI350, RDNA 3/4); "
+                           f"this GPU is {env.arch or 'unknown'}")
+        if spec.logits_soft_cap:
+            # its varlen kernel takes softcap and ignores it: the scores would silently go uncapped
+            reasons.append("flash-attn's ROCm build ignores logits_soft_cap, so this layer's scores would go uncapped "
+                           "(sdpa caps them)")
+        return reasons
+    if env.capability is None:
+        return ["needs an NVIDIA GPU of compute capability 8.0 or newer (Ampere, Ada, Hopper) or a supported AMD "
+                "one, and this environment's GPU is unknown; pass --arch (sm_90, gfx942) or --capability"]
+    if not env.capability_at_least(*MIN_CAPABILITY):
+        return [f"needs compute capability 8.0 or newer (Ampere, Ada, Hopper); this GPU has {env.capability_text}"]
+    return []
 
 
 def _installed_version() -> tuple[int, ...] | None:

@@ -1,8 +1,10 @@
-"""Backend ``mamba2_triton``: mamba-ssm's Triton SSD kernels on NVIDIA GPUs.
+"""Backend ``mamba2_triton``: mamba-ssm's Triton SSD kernels on GPUs.
 
 Declarations only; torch and mamba-ssm are imported when the backend is
-built (``triton_impl.py``). Written against mamba-ssm 2.2/2.3 and Triton 3;
-ROCm builds of both may work but are untested.
+built (``triton_impl.py``). Written against mamba-ssm 2.2/2.3 and Triton 3.
+On NVIDIA the compute capability limits it; on AMD (ROCm) Triton compiles
+for the GPU's gfx architecture and the capability does not apply: ROCm
+builds of mamba-ssm and Triton exist but are untested here.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ class Mamba2Triton(Backend):
     install_hint = "pip install 'mixboard-mamba2[triton]' on a CUDA machine; mamba-ssm compiles CUDA extensions"
     api_version = 1
     description = ("mamba-ssm's Triton kernels: varlen chunked SSD scan, selective state update, "
-                   "gated RMSNorm (NVIDIA GPUs; ROCm untested)")
+                   "gated RMSNorm (NVIDIA GPUs; AMD through ROCm, untested)")
 
     @classmethod
     def check(cls, spec: Mamba2Spec, env: Any) -> list[str]:
         reasons = []
-        cap = env.capability
+        cap = env.capability  # NVIDIA's only: None on ROCm (and where unknown), which these limits do not concern
         if cap is not None and cap < (7, 0):
             reasons.append(f"Triton needs compute capability 7.0 or newer; this GPU has {env.capability_text}")
         elif cap is not None and cap < (8, 0) and spec.dtype == "bfloat16":
