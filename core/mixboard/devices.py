@@ -34,6 +34,10 @@ class Device:
     called by ``detect()`` only when torch has the device, so it may import
     the vendor's module. ``runtime``: the software stack, if worth naming
     (``Environment.runtime``).
+
+    ``detect()`` takes the device as this machine's when torch's privateuse1
+    is renamed to ``name`` and, where the extension registered a module
+    (``torch._register_device_module``), its ``is_available()`` says so.
     """
 
     __slots__ = ("name", "description", "archs", "arch", "runtime")

@@ -67,6 +67,8 @@ def mixboard_devices():
     selected there. The name may not be one of torch's own device types.
     Example::
 
+        from mixboard import Device, hookimpl
+
         @hookimpl
         def mixboard_devices():
             return [Device("acme", "Acme NPU through torch_acme (privateuse1)",
