@@ -62,6 +62,10 @@ class Mamba2TorchImpl(Mamba2Impl):
     # The parts ``mamba2_cpu`` replaces with its C kernels where they serve.
     def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
         """silu(causal conv) of every token, the conv states read and written in their slots."""
+        if xBC.dtype in (torch.bfloat16, torch.float16):
+            # Summed in the half dtype, each tap's rounding lands on x, B and C, and C . B over 128 states
+            # then carries it to outputs 2x past the kit's bfloat16 tolerance; in float32, as causal-conv1d sums.
+            xBC = xBC.float()
         conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
         if step.num_decodes == step.num_tokens:  # decodes only: one window per sequence, no conv over a sequence
             return causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu",
