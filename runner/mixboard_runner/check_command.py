@@ -1,7 +1,8 @@
 """``mixboard check BACKEND``: the conformance kit without pytest.
 
 Runs every case of the backend's kind (``mixboard.testing.conformance``)
-and prints a pass/fail table with the worst error per case. Exit status 0
+and prints a pass/fail table with the worst error per case: the quick
+cases, or with ``--thorough`` the long ones too. Exit status 0
 when nothing failed (skips and declared failures are shown with their
 reasons), 1 when a case failed, 2 for bad input (an unknown backend), 5
 when every case was skipped (the backend cannot run here: a check that ran
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import textwrap
 
 from mixboard.dtypes import DTYPES
 
@@ -20,22 +22,37 @@ from .table import render
 
 NOTHING_RAN = 5  # every case skipped: pytest's status for "no tests ran"
 
+DESCRIPTION = "\n\n".join(textwrap.fill(p, 79) for p in (
+    "Check a backend against its kind's reference implementation over the kit's cases, in each dtype. Cases the "
+    "backend cannot serve here are skipped with its reasons.",
+    "quick (the default; seconds a backend): ragged batches, decodes after prefills, chunked prefills, state "
+    "isolation, strided inputs, shared metadata, a sweep of shapes, and the cheap cases at real sizes: 40 sequences "
+    "in a step (33 decodes beside prefills), slots handed out in order, blocks of 16 and 7 tokens, a 300-token "
+    "prompt, every head size real models use (64, 80, 96, 128, 192, 256).",
+    "thorough (--thorough, or MIXBOARD_THOROUGH=1; minutes a backend): the quick cases, and the long ones at the "
+    "kind's real sizes: a 4096-token prompt, a 2500-token prompt in chunks of 1024, 40 steps of decodes after "
+    "prompts of up to 1000 tokens, 96 sequences in a step, and the kind's long shapes (a 700-token prompt each).",
+    "Every case, and the JSON record: docs/conformance.md.",
+))
+
 
 def add_commands(commands) -> None:
     p = commands.add_parser(
         "check", help="run the conformance kit against an installed backend",
-        description="Check a backend against its kind's reference implementation over the kit's cases: ragged "
-                    "batches, decodes after prefills, chunked prefills, state isolation, strided inputs and a sweep "
-                    "of shapes, in each dtype. Cases the backend cannot serve here are skipped with its reasons.",
+        description=DESCRIPTION,
         epilog="exit status: 0 nothing failed, 1 a case failed, 2 bad input, 5 every case was skipped (ran nothing)\n\n"
-               "examples:\n  mixboard check sdpa\n  mixboard check acme_attn --device cuda --dtype bfloat16 --json\n"
+               "examples:\n  mixboard check sdpa\n  mixboard check sdpa --thorough            # before a release\n"
+               "  mixboard check acme_attn --device cuda --dtype bfloat16 --json\n"
                "  mixboard check flash_attn --allow-skip   # in CI on machines that may lack its GPU",
         formatter_class=_raw())
     p.add_argument("backend", metavar="BACKEND", help="an installed backend's name (see `mixboard backends`)")
     p.add_argument("--device", help="torch device to run on (default: this machine's, if the backend runs there)")
     p.add_argument("--dtype", action="append", choices=DTYPES, help="check this dtype (repeat; default: every "
                                                                      "dtype the backend declares)")
-    p.add_argument("--case", action="append", metavar="NAME", help="only this case (id or name; repeat)")
+    p.add_argument("--case", action="append", metavar="NAME",
+                   help="only this case (id or name; repeat); a long case named runs without --thorough")
+    p.add_argument("--thorough", action="store_true",
+                   help="the long cases too (minutes a backend; see above); MIXBOARD_THOROUGH=1 does the same")
     p.add_argument("--block-size", type=int, default=4, metavar="N", help="tokens per block of paged state (default 4)")
     p.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failing case")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per case (stable contract)")
@@ -58,7 +75,7 @@ def cmd_check(args) -> int:
     if args.block_size < 1:
         raise UsageError(f"--block-size must be at least 1, not {args.block_size}")
     report = run_suite(args.backend, args.device, args.dtype, block_size=args.block_size, select=args.case,
-                       fail_fast=args.exitfirst)
+                       fail_fast=args.exitfirst, thorough=True if args.thorough else None)
     if args.case and not report.results:
         raise UsageError(f"--case {', '.join(args.case)} names no case of {args.backend!r}; "
                          f"`mixboard check {args.backend}` lists them")
@@ -83,7 +100,9 @@ def _nothing_ran(report) -> str:
 
 def _print_table(report) -> None:
     where = report.environment or "not available here"
-    print(f"mixboard check {report.backend} on {report.device} ({where}); dtypes {', '.join(report.dtypes)}")
+    mode = "thorough" if report.thorough else "quick"
+    print(f"mixboard check {report.backend} on {report.device} ({where}); dtypes {', '.join(report.dtypes)}; "
+          f"{mode} mode")
     rows, previous = [], None
     for r in report.results:
         reason = r.reason or ""

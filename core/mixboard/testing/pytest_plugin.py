@@ -1,7 +1,7 @@
 """pytest plugin (entry point ``pytest11: mixboard``): run the conformance kit
 against an installed backend with no test file written::
 
-    pytest --mixboard-backend acme_attn [--mixboard-device cpu] [--mixboard-dtype float32]
+    pytest --mixboard-backend acme_attn [--mixboard-device cpu] [--mixboard-dtype float32] [--mixboard-thorough]
 
 Inactive unless asked: without ``--mixboard-backend`` it only adds its
 options to ``pytest --help`` (nothing is imported beyond this module, which
@@ -27,6 +27,12 @@ def pytest_addoption(parser):
                     help="torch device for --mixboard-backend (default: this machine's, if the backend runs there)")
     group.addoption("--mixboard-dtype", action="append", default=[], metavar="DTYPE",
                     help="dtype for --mixboard-backend (repeat; default: every dtype the backend declares)")
+    group.addoption("--mixboard-thorough", action="store_true",
+                    help="the kit's thorough mode: besides the quick cases (small sizes, plus 40 sequences a step, "
+                         "real head sizes, other block sizes, a 300-token prompt), the long ones: prompts of 2500 and "
+                         "4096 tokens, 40 decode steps after 1000 tokens, 96 sequences a step, long shapes; minutes a "
+                         "backend. Applies to --mixboard-backend and to every conformance suite class of the run "
+                         "(as MIXBOARD_THOROUGH=1 does)")
     group.addoption("--mixboard-allow-skip", action="store_true",
                     help="pass a backend whose every case was skipped (by default that exits 5: it ran nothing)")
 

@@ -10,6 +10,10 @@ Three ways in, one set of cases (``cases.py``):
 * ``mixboard check NAME [--json]`` and ``run_suite(NAME or class)``
   without pytest (``runner.py``).
 
+Each runs the quick cases by default, or the long ones too in the thorough
+mode (``--thorough``, ``--mixboard-thorough``, ``thorough = True``,
+``MIXBOARD_THOROUGH=1``; see ``modes.py``).
+
 Importing this package imports torch.
 """
 

@@ -3,12 +3,12 @@
 A case is a layer of one spec fed a few steps, as a runner would: each step
 names the sequences it advances and by how many new tokens; a sequence
 continues from what earlier steps left in its slot and blocks. Sequences get
-scattered slots and shuffled blocks; slot 0 and block 0 (where a padded
-block table points) belong to nobody. The runner compares every step's
-output with the oracle's and checks that no record outside the step's
-sequences changed.
+scattered slots and shuffled blocks (a sequence's blocks are never in
+increasing order, but in ``consecutive_slots``); slot 0 and block 0 (where a
+padded block table points) belong to nobody. The runner compares every step's output with the
+oracle's and checks that no record outside the step's sequences changed.
 
-Cases (per dtype; ids are ``name[dtype]``):
+Two modes (``modes.py``). The quick one, the default, runs per dtype (ids ``name[dtype]``):
 
 * ``ragged_prefill``: fresh prompts of different lengths in one step
 * ``decode_after_prefill``: prompts, then four steps of batched decodes
@@ -18,7 +18,19 @@ Cases (per dtype; ids are ``name[dtype]``):
 * ``isolation``: a sequence parked while others run, and a new one reusing a finished one's slot and blocks
 * ``noncontiguous``: ``mixed_batch`` with inputs that are strided views, as a fused projection's slices are
 * ``shared_metadata``: two layers with their own weights and state sharing each step's built metadata
+* ``many_sequences``: 40 sequences, then a step of 33 decodes beside 3 continued prefills and 4 fresh prompts
+* ``consecutive_slots``: decodes of sequences whose slots and blocks were handed out in order
+* ``block_size16``, ``block_size7``: prompts and decodes over blocks of 16 and 7 tokens (paged state only)
+* ``prefill_300``: a 300-token prompt beside short ones, then continued, at the kind's real sizes
 * ``shape-<id>``: prompts, a continued prefill beside a fresh prompt, then decodes, for each swept shape
+
+The thorough mode adds the long cases, at the kind's real sizes:
+
+* ``prefill_4096``: a 4096-token prompt beside short ones, then decodes
+* ``long_chunked_prefill``: a 2500-token prompt in chunks of 1024 beside decodes and a fresh prompt
+* ``long_decode``: 40 steps of decodes after prompts of 1000, 490, 250 and 3 tokens
+* ``many_sequences_96``: ``many_sequences`` with 96 sequences and prompts of up to 64 tokens
+* ``long-<id>``: a 700-token prompt continued by 333 tokens, for each of the kind's long shapes
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ...state import PAGED
+from . import schedules as S
 from .kinds import KindAdapter
 
 CONTIGUOUS, STRIDED = "contiguous", "strided"
@@ -56,6 +69,7 @@ class Case:
     seed: int
     layers: int = 1  # layers sharing each step's metadata (one builder call per step)
     layout: str = CONTIGUOUS  # memory layout of the inputs
+    thorough: bool = False  # a long case: run in the thorough mode only
 
     @property
     def dtype(self) -> str:
@@ -74,11 +88,12 @@ class Case:
 
 
 def plan_case(name: str, what: str, spec: Any, steps: Sequence[Sequence[tuple[str, int]]], block_size: int,
-              seed: int, reuse: dict[str, str] | None = None, **extra) -> Case:
+              seed: int, reuse: dict[str, str] | None = None, in_order: bool = False, **extra) -> Case:
     """A case whose sequences get scattered slots and shuffled blocks.
 
     ``reuse`` maps a sequence to a finished one whose slot and blocks it takes
-    over (with what that one left there)."""
+    over (with what that one left there). ``in_order``: slots and blocks handed
+    out in order instead, from 2 on (slot and block 1 stay free neighbours)."""
     reuse = reuse or {}
     order: list[str] = []
     total: dict[str, int] = {}
@@ -93,13 +108,16 @@ def plan_case(name: str, what: str, spec: Any, steps: Sequence[Sequence[tuple[st
     rng = random.Random(f"{name}/{seed}")
     own = [s for s in order if s not in reuse]
     num_slots = len(own) + 3
-    slots = rng.sample(range(1, num_slots), len(own))  # slot 0 is nobody's
     need = {s: -(-total[s] // block_size) for s in order}
     num_blocks = sum(need.values()) + 3
-    free = rng.sample(range(1, num_blocks), num_blocks - 1)  # block 0 is nobody's
+    if in_order:
+        slots, free = list(range(2, 2 + len(own))), list(range(2, num_blocks))
+    else:
+        slots = rng.sample(range(1, num_slots), len(own))  # slot 0 is nobody's
+        free = rng.sample(range(1, num_blocks), num_blocks - 1)  # block 0 is nobody's
     resources: dict[str, Seq] = {}
     for seq, slot in zip(own, slots):
-        resources[seq] = Seq(seq, slot, tuple(free[:need[seq]]))
+        resources[seq] = Seq(seq, slot, _shuffled(free[:need[seq]], in_order))
         del free[:need[seq]]
     for seq, donor in reuse.items():
         first = next(i for i, step in enumerate(steps) if any(s == seq for s, _ in step))
@@ -114,58 +132,87 @@ def plan_case(name: str, what: str, spec: Any, steps: Sequence[Sequence[tuple[st
                 num_slots, num_blocks, block_size, seed, **extra)
 
 
-# --------------------------------------------------------------------------- the steps of each case
-
-RAGGED = [[("a", 5), ("b", 1), ("c", 11), ("d", 3)]]
-DECODE_AFTER_PREFILL = [[("a", 6), ("b", 3), ("c", 9)]] + [[("a", 1), ("b", 1), ("c", 1)]] * 4
-CHUNKED = [
-    [("a", 5), ("b", 3)],
-    [("b", 1), ("a", 4), ("c", 6)],
-    [("b", 1), ("a", 7), ("c", 2)],
-    [("a", 1), ("b", 1), ("c", 1)],
-]
-MIXED = [
-    [("a", 4), ("b", 2), ("c", 6)],
-    [("a", 1), ("c", 1), ("b", 3), ("d", 5), ("e", 1)],
-    [("a", 1), ("b", 1), ("c", 1), ("d", 1), ("e", 1)],
-    [("a", 1), ("d", 2), ("e", 3)],
-]
-LONG = [[("a", 40), ("b", 3)], [("a", 1), ("b", 1)], [("a", 1), ("b", 1)]]
-ISOLATION = [
-    [("a", 5), ("b", 7)],
-    [("a", 1)],  # b is parked: its records must not move
-    [("b", 1), ("c", 4)],
-    [("b", 1), ("e", 6)],  # a is done; e takes its slot and blocks, with what a left there
-    [("e", 1), ("b", 1), ("c", 1)],
-]
-SHAPE = [[("a", 7), ("b", 2)], [("a", 1), ("b", 4), ("c", 3)], [("a", 1), ("b", 1), ("c", 1)]]
+def _shuffled(blocks: list[int], in_order: bool) -> tuple[int, ...]:
+    """A sequence's blocks; drawn at random they may come out increasing, which a backend that
+    assumes contiguous or sorted tables would pass, so those are reversed."""
+    if not in_order and len(blocks) > 1 and blocks == sorted(blocks):
+        blocks = blocks[::-1]
+    return tuple(blocks)
 
 
-def kind_cases(adapter: KindAdapter, spec_cls: type, dtype: str, block_size: int) -> list[Case]:
-    """Every case of a kind for one dtype."""
-    base = spec_cls(**{**adapter.base, "dtype": dtype})
+# --------------------------------------------------------------------------- the cases of a kind
+
+LONG_PROMPT = 4096
+LONG_DECODE_STEPS = 40
+
+
+def kind_cases(adapter: KindAdapter, spec_cls: type, dtype: str, block_size: int, *, thorough: bool = False,
+               paged: bool = True) -> list[Case]:
+    """Every case of a kind for one dtype: the quick ones, and with
+    ``thorough`` the long ones too. ``paged``: the backend keeps paged state,
+    so the cases with other block sizes apply."""
+    base = _spec(spec_cls, adapter.base, dtype)
+    real = _spec(spec_cls, adapter.real, dtype) if adapter.real is not None else base
     bs = block_size
     cases = [
-        plan_case("ragged_prefill", "fresh prompts of different lengths in one step", base, RAGGED, bs, 1),
-        plan_case("decode_after_prefill", "prompts, then steps of batched decodes", base, DECODE_AFTER_PREFILL, bs, 2),
-        plan_case("chunked_prefill", "a prompt fed in chunks beside decodes and a fresh prompt", base, CHUNKED, bs, 3),
-        plan_case("mixed_batch", "decodes, continued prefills and fresh prompts in one step", base, MIXED, bs, 4),
-        plan_case("long_prefill", "a long prompt over many blocks and chunks, then decodes", base, LONG, bs, 5),
+        plan_case("ragged_prefill", "fresh prompts of different lengths in one step", base, S.RAGGED, bs, 1),
+        plan_case("decode_after_prefill", "prompts, then steps of batched decodes", base, S.DECODE_AFTER_PREFILL, bs, 2),
+        plan_case("chunked_prefill", "a prompt fed in chunks beside decodes and a fresh prompt", base, S.CHUNKED, bs, 3),
+        plan_case("mixed_batch", "decodes, continued prefills and fresh prompts in one step", base, S.MIXED, bs, 4),
+        plan_case("long_prefill", "a long prompt over many blocks and chunks, then decodes", base, S.LONG, bs, 5),
         plan_case("isolation", "a parked sequence, and a new one reusing a finished one's slot and blocks",
-                  base, ISOLATION, bs, 6, reuse={"e": "a"}),
-        plan_case("noncontiguous", "mixed_batch with strided inputs", base, MIXED, bs, 7, layout=STRIDED),
-        plan_case("shared_metadata", "two layers sharing each step's built metadata", base, MIXED, bs, 8, layers=2),
+                  base, S.ISOLATION, bs, 6, reuse={"e": "a"}),
+        plan_case("noncontiguous", "mixed_batch with strided inputs", base, S.MIXED, bs, 7, layout=STRIDED),
+        plan_case("shared_metadata", "two layers sharing each step's built metadata", base, S.MIXED, bs, 8, layers=2),
+        plan_case("many_sequences", "40 sequences in one step: 33 decodes beside continued prefills and fresh "
+                  "prompts", base, S.MANY, bs, 9),
+        plan_case("consecutive_slots", "decodes whose slots and blocks were handed out in order", base, S.CONSECUTIVE,
+                  bs, 10, in_order=True),
     ]
-    seen = {base}
-    for shape_id, fields in adapter.shapes:
-        spec = dataclasses.replace(base, **fields)
+    if paged:
+        cases += [plan_case(f"block_size{n}", f"prompts and decodes over blocks of {n} tokens", base, S.BLOCKS, n,
+                            10 + n) for n in (16, 7)]
+    cases.append(plan_case("prefill_300", "a 300-token prompt beside short ones, continued, at real sizes", real,
+                           S.PREFILL_300, bs, 30))
+    cases += _sweep(adapter.shapes, base, dtype, "shape", S.SHAPE, bs, 100, "prompts, a continued prefill and decodes")
+    if thorough:
+        cases += long_cases(adapter, base, real, dtype, bs)
+    return cases
+
+
+def long_cases(adapter: KindAdapter, base, real, dtype: str, bs: int) -> list[Case]:
+    """The thorough mode's cases, at the kind's real sizes."""
+    cases = [
+        plan_case(f"prefill_{LONG_PROMPT}", f"a {LONG_PROMPT}-token prompt beside short ones, then decodes", real,
+                  S.long_prefill(LONG_PROMPT), bs, 201, thorough=True),
+        plan_case("long_chunked_prefill", "a 2500-token prompt in chunks of 1024 beside decodes and a fresh prompt",
+                  real, S.LONG_CHUNKED, bs, 202, thorough=True),
+        plan_case("long_decode", f"{LONG_DECODE_STEPS} steps of decodes after prompts of up to 1000 tokens", real,
+                  S.long_decode(LONG_DECODE_STEPS), bs, 203, thorough=True),
+        plan_case("many_sequences_96", "96 sequences in one step: decodes beside continued prefills and fresh prompts",
+                  real, S.many_sequences(96, 64), bs, 204, thorough=True),
+    ]
+    shapes = _sweep(adapter.long_shapes, real, dtype, "long", S.LONG_SHAPE, bs, 300,
+                    "a 700-token prompt continued by 333 tokens beside a fresh one")
+    return cases + [dataclasses.replace(c, thorough=True) for c in shapes]
+
+
+def _spec(spec_cls: type, fields, dtype: str):
+    return spec_cls(**{**fields, "dtype": dtype})
+
+
+def _sweep(shapes, start, dtype: str, prefix: str, steps, bs: int, seed: int, what: str) -> list[Case]:
+    """One case per shape (fields over ``start``); a shape equal to ``start`` or an earlier one runs once."""
+    cases, seen = [], {start}
+    for shape_id, fields in shapes:
+        spec = dataclasses.replace(start, **fields)
         if getattr(spec, "state_dtype", None) == dtype:  # state in the layer's own dtype: the default
             spec = dataclasses.replace(spec, state_dtype=None)
         if spec in seen:  # e.g. state_dtype=float32 on a float32 layer
             continue
         seen.add(spec)
-        cases.append(plan_case(f"shape-{shape_id}", f"prompts, a continued prefill and decodes with {_fields(fields)}",
-                               spec, SHAPE, bs, 100 + len(cases)))
+        cases.append(plan_case(f"{prefix}-{shape_id}", f"{what} with {_fields(fields)}", spec, steps, bs,
+                               seed + 8 + len(cases)))
     return cases
 
 

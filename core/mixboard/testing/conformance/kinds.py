@@ -42,6 +42,13 @@ class KindAdapter:
     weights: ``(spec, generator) -> weights`` in float64 (the kit casts
     them to the layer's dtype), or None for a kind without weights.
     oracle: ``spec -> impl``, the reference.
+
+    Optional, for the cases at the sizes real models run: real: spec fields
+    of a layer of real width (real head sizes, state sizes and chunk sizes,
+    a few heads so the oracle stays affordable), which ``prefill_300`` and
+    the thorough mode's long cases use (default: ``base``). long_shapes:
+    ``(id, fields)`` pairs over ``real`` that the thorough mode runs with a
+    long prompt each (default: none).
     """
 
     kind: str
@@ -50,6 +57,8 @@ class KindAdapter:
     oracle: Callable[[Any], Any]
     weights: Callable[[Any, torch.Generator], Any] | None = None
     shapes: tuple[tuple[str, Mapping[str, Any]], ...] = field(default_factory=tuple)
+    real: Mapping[str, Any] | None = None
+    long_shapes: tuple[tuple[str, Mapping[str, Any]], ...] = field(default_factory=tuple)
 
     def call(self, impl: Any, inputs: Mapping[str, torch.Tensor], weights: Any, state: Any, meta: Any):
         args = list(inputs.values())
@@ -111,13 +120,23 @@ def mamba1_weights(spec, gen: torch.Generator) -> Mamba1Weights:
 
 def mamba2_weights(spec, gen: torch.Generator) -> Mamba2Weights:
     h = spec.num_heads
+    # The norm spans d_inner / n_groups channels of heads whose states differ in scale: past 64 channels
+    # its largest outputs grow (11.7 at 512), so the weight shrinks to keep them within ~±4, where an
+    # absolute tolerance reads like a relative one.
+    norm_scale = min(1.0, (64 / (spec.d_inner // spec.n_groups)) ** 0.5)
+    # B and C come out of the conv smaller past 8 states, so that C . B (a sum over d_state) stays of
+    # order one: at 128 states it would be ~4x larger, and dt * (C . B) + D cross 0 far more often,
+    # where a head's output vanishes and the norm scales up whatever rounding the layer's dtype left.
+    bc_scale = min(1.0, (8 / spec.d_state) ** 0.25)
+    channels = torch.ones(spec.conv_dim, dtype=torch.float64)
+    channels[spec.d_inner:] = bc_scale
     return Mamba2Weights(
-        conv_weight=_randn(gen, spec.conv_dim, spec.d_conv, scale=0.5),
-        conv_bias=_randn(gen, spec.conv_dim, scale=0.2) if spec.conv_bias else None,
+        conv_weight=_randn(gen, spec.conv_dim, spec.d_conv, scale=0.5) * channels[:, None],
+        conv_bias=_randn(gen, spec.conv_dim, scale=0.2) * channels if spec.conv_bias else None,
         dt_bias=_inverse_softplus(_uniform(gen, 0.05, 0.5, h)),
         A=-_uniform(gen, 0.5, 4.0, h),
         D=_uniform(gen, 0.5, 1.5, h),
-        norm_weight=_uniform(gen, 0.25, 0.75, spec.d_inner),  # keeps normalized outputs within ~±4
+        norm_weight=_uniform(gen, 0.25, 0.75, spec.d_inner) * norm_scale,  # keeps normalized outputs within ~±4
     )
 
 
@@ -148,6 +167,24 @@ ATTENTION = KindAdapter(
         ("sliding_window3", dict(sliding_window=3)),
         ("soft_cap", dict(logits_soft_cap=1.5, scale=0.5)),
         ("scale", dict(scale=0.4)),
+        # the other head sizes real models use (64: gqa4_head64, 128: head128)
+        ("head80", dict(num_heads=2, num_kv_heads=1, head_size=80)),
+        ("head96", dict(num_heads=2, num_kv_heads=1, head_size=96)),
+        ("head192", dict(num_heads=2, num_kv_heads=1, head_size=192)),
+        ("head256", dict(num_heads=2, num_kv_heads=1, head_size=256)),
+    ),
+    real=dict(num_heads=4, num_kv_heads=2, head_size=128),  # a slice of a Llama layer: groups of 2, head 128
+    long_shapes=(
+        ("head64", dict(head_size=64)),
+        ("head80", dict(num_heads=2, num_kv_heads=1, head_size=80)),
+        ("head96", dict(num_heads=2, num_kv_heads=1, head_size=96)),
+        ("head192", dict(num_heads=2, num_kv_heads=1, head_size=192)),
+        ("head256", dict(num_heads=2, num_kv_heads=1, head_size=256)),
+        ("gqa8", dict(num_heads=8, num_kv_heads=1, head_size=64)),
+        ("mha", dict(num_heads=2, num_kv_heads=2)),
+        ("non_causal", dict(causal=False)),
+        ("sliding_window256", dict(sliding_window=256)),
+        ("soft_cap", dict(logits_soft_cap=1.5, scale=0.5)),
     ),
 )
 
@@ -164,6 +201,13 @@ MAMBA1 = KindAdapter(
         ("no_conv_bias", dict(conv_bias=False)),
         ("dt_rank1", dict(d_inner=24, dt_rank=1)),
         ("d_inner12", dict(d_inner=12)),
+        ("state_float32", dict(state_dtype="float32")),
+        ("d_inner1536", dict(d_inner=1536, d_state=16, dt_rank=48)),  # mamba-130m
+        ("d_inner200", dict(d_inner=200, d_state=16, dt_rank=13)),  # channel blocks of 64 and a part
+    ),
+    real=dict(d_inner=1536, d_state=16, d_conv=4, dt_rank=48),  # mamba-130m
+    long_shapes=(
+        ("d_inner4096", dict(d_inner=4096, dt_rank=128)),  # mamba-1.4b
         ("state_float32", dict(state_dtype="float32")),
     ),
 )
@@ -183,6 +227,16 @@ MAMBA2 = KindAdapter(
         ("no_conv_bias", dict(conv_bias=False)),
         ("dt_limits", dict(dt_min=0.1, dt_max=0.3)),
         ("state_float32", dict(state_dtype="float32")),
+        ("head_dim64_d_state128", dict(head_dim=64, d_state=128, n_groups=1, chunk_size=256)),
+        ("n_groups8", dict(num_heads=16, head_dim=64, d_state=128, n_groups=8, chunk_size=256)),
+    ),
+    real=dict(num_heads=8, head_dim=64, d_state=128, n_groups=1, d_conv=4, chunk_size=256),  # Mamba-2's widths
+    long_shapes=(
+        # several heads a group, as real models have: with one, the norm divides by a single head's output,
+        # which nears 0 where dt * (C . B) + D does, and over 700 tokens a half-precision rounding blows up there
+        ("n_groups8", dict(num_heads=16, n_groups=8)),
+        ("chunk128", dict(chunk_size=128)),
+        ("state_float32", dict(state_dtype="float32")),
     ),
 )
 
@@ -200,6 +254,13 @@ SHORT_CONV = KindAdapter(
         ("hidden24", dict(hidden_size=24)),
         ("hidden12", dict(hidden_size=12)),
         ("state_float32", dict(state_dtype="float32")),
+        ("hidden1024", dict(hidden_size=1024)),  # LFM2-350M
+        ("hidden200", dict(hidden_size=200)),  # channel blocks of 64 and a part
+    ),
+    real=dict(hidden_size=1024, conv_width=3),  # LFM2-350M
+    long_shapes=(
+        ("hidden2048", dict(hidden_size=2048)),  # LFM2-1.2B
+        ("width4_bias", dict(conv_width=4, conv_bias=True)),
     ),
 )
 

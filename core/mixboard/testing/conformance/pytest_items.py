@@ -12,6 +12,7 @@ def _suite(config, name: str) -> type:
         "backend": name,
         "device": config.getoption("mixboard_device"),
         "dtypes": tuple(config.getoption("mixboard_dtype")) or None,
+        "thorough": config.getoption("mixboard_thorough"),
     })
 
 

@@ -29,11 +29,13 @@ from ...metadata import CommonBatchMetadata
 from ...ops.checks import build_impl
 from ...registry import Registry, get_registry
 from ...selection import reasons_against
+from ...state import PAGED
 from ..oracles import allocate_state
 from .cases import Case, kind_cases
 from .inputs import draw_inputs, place
 from .isolation import changed_foreign_record, owned_records, poison
 from .kinds import KindAdapter, adapter_of, cast_weights, record_items
+from .modes import is_thorough
 from .readonly import Received, aliased, changed_inputs, keep_inputs, leaked, same_tensor
 from .tolerances import tolerance_for
 
@@ -76,6 +78,7 @@ class SuiteReport:
     environment: Environment | None  # None: the device is not available here (every case skipped)
     dtypes: tuple[str, ...]
     results: list[CaseResult]
+    thorough: bool = False  # the mode: quick, or thorough (the long cases too)
 
     @property
     def ok(self) -> bool:
@@ -358,8 +361,20 @@ def _compare(out: Any, ref: torch.Tensor, device: str, order, context, where: st
 # --------------------------------------------------------------------------- a whole suite
 
 
-def suite_cases(target: Target, dtypes: Iterable[str], block_size: int) -> list[Case]:
-    return [c for dtype in dtypes for c in kind_cases(target.adapter, target.kind.spec, dtype, block_size)]
+def suite_cases(target: Target, dtypes: Iterable[str], block_size: int, thorough: bool = False) -> list[Case]:
+    dtypes = tuple(dtypes)
+    paged = keeps_paged_state(target, dtypes[0]) if dtypes else True
+    return [c for dtype in dtypes
+            for c in kind_cases(target.adapter, target.kind.spec, dtype, block_size, thorough=thorough, paged=paged)]
+
+
+def keeps_paged_state(target: Target, dtype: str) -> bool:
+    """Whether the backend's state is paged, so that cases with other block
+    sizes apply. One whose ``state_spec`` raises runs them (and fails there)."""
+    try:
+        return state_spec(target, target.kind.spec(**{**target.adapter.base, "dtype": dtype})).layout == PAGED
+    except Exception:  # noqa: BLE001 - reported by the cases themselves
+        return True
 
 
 def check_expected(expected: Mapping[str, str], cases: Iterable[Case]) -> None:
@@ -380,24 +395,28 @@ def run_suite(backend: str | type, device: str | None = None, dtypes: Iterable[s
               block_size: int = 4, expected_failures: Mapping[str, str] | None = None,
               tolerances: Mapping[str, float] | None = None, registry: Registry | None = None,
               adapter: KindAdapter | None = None, select: Iterable[str] | None = None,
-              fail_fast: bool = False) -> SuiteReport:
+              fail_fast: bool = False, thorough: bool | None = None) -> SuiteReport:
     """Run the kit against ``backend`` (a name or a Backend class).
 
     dtypes: default every dtype the backend declares. expected_failures:
     {case id or name: reason}, added to the backend's own declaration.
     select: only cases whose id or name is listed. fail_fast: stop at the
-    first failure.
+    first failure. thorough: the long cases too (see ``modes.py``); None
+    leaves it to ``MIXBOARD_THOROUGH``.
     """
     target = resolve(backend, registry, adapter)
     cls = target.cls
     dtypes = tuple(dtypes or cls.dtypes)
     device, env, skip = environment(target, device)
-    cases = suite_cases(target, dtypes, block_size)
+    thorough = is_thorough(thorough)
+    cases = suite_cases(target, dtypes, block_size, thorough=True)  # expected failures may name any case
     expected = {**getattr(cls, "expected_failures", {}), **(expected_failures or {})}
     check_expected(expected, cases)
-    if select is not None:
+    if select is not None:  # a case named is run, whatever the mode
         wanted = set(select)
         cases = [c for c in cases if c.id in wanted or c.name in wanted]
+    elif not thorough:
+        cases = [c for c in cases if not c.thorough]
     results = []
     for case in cases:
         tol = tolerance_for(cls, case.dtype, tolerances)
@@ -405,4 +424,4 @@ def run_suite(backend: str | type, device: str | None = None, dtypes: Iterable[s
         results.append(result)
         if fail_fast and result.status == FAIL:
             break
-    return SuiteReport(cls.name, device, env, dtypes, results)
+    return SuiteReport(cls.name, device, env, dtypes, results, thorough)

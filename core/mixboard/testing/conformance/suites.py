@@ -7,8 +7,12 @@
         device = "cpu"               # default: this machine's device if the backend runs there
         dtypes = ("float32", "bfloat16")   # default: every dtype the backend declares
         expected_failures = {"noncontiguous": "strided q lands in a later release"}
+        thorough = False             # True: the long cases too (see modes.py)
 
 pytest collects one test per case (``test_conformance[chunked_prefill[float32]]``).
+The thorough mode (the long cases too) is on for a class with ``thorough =
+True``, and for every class of a run with ``pytest --mixboard-thorough`` or
+``MIXBOARD_THOROUGH=1``.
 A case the backend's checks reject here (device, dtype, missing modules,
 its own ``check()``) is skipped with those reasons. An expected failure is
 ``xfail(strict=True)``: if it passes, the test fails, so the declaration
@@ -23,6 +27,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Mapping
 
 from .kinds import ADAPTERS, KindAdapter
+from .modes import thorough_from_env
 from .runner import (
     FAIL, SKIP, XFAIL, check_expected, environment, expected_reason, resolve, run_case, suite_cases,
 )
@@ -46,6 +51,7 @@ class ConformanceSuite:
     expected_failures: ClassVar[Mapping[str, str]] = {}  # case id ("name[dtype]") or name -> reason
     tolerances: ClassVar[Mapping[str, float] | None] = None  # dtype -> bound, over the backend's own
     registry: ClassVar[Any] = None  # a mixboard.Registry to resolve names in (default: the installed one)
+    thorough: ClassVar[bool] = False  # the long cases too; --mixboard-thorough or MIXBOARD_THOROUGH=1 for a whole run
 
     # -- what pytest sees -------------------------------------------------
     def pytest_generate_tests(self, metafunc):
@@ -54,7 +60,7 @@ class ConformanceSuite:
         import pytest
 
         params = []
-        for item in type(self).conformance_cases():
+        for item in type(self).conformance_cases(thorough=metafunc.config.getoption("mixboard_thorough", False)):
             if isinstance(item, _Unusable):
                 params.append(pytest.param(item, id="suite"))
                 continue
@@ -85,15 +91,19 @@ class ConformanceSuite:
         return resolve(cls.backend, cls.registry, cls.adapter)
 
     @classmethod
-    def conformance_cases(cls) -> list:
-        """[(case, expected failure reason or None)], or one _Unusable saying what is wrong."""
+    def conformance_cases(cls, thorough: bool = False) -> list:
+        """[(case, expected failure reason or None)], or one _Unusable saying what is wrong.
+        The long cases come too when ``thorough`` (the run asks), the class's
+        own ``thorough`` or ``MIXBOARD_THOROUGH`` says so."""
         try:
             target = cls.target()
-            cases = suite_cases(target, cls.dtypes or target.cls.dtypes, cls.block_size)
+            cases = suite_cases(target, cls.dtypes or target.cls.dtypes, cls.block_size, thorough=True)
             expected = {**getattr(target.cls, "expected_failures", {}), **cls.expected_failures}
-            check_expected(expected, cases)
+            check_expected(expected, cases)  # against every case: a long one may be declared
         except Exception as exc:  # noqa: BLE001 - reported as the suite's one failing test
             return [_Unusable(f"{cls.__name__}: {exc}")]
+        if not (thorough or cls.thorough or thorough_from_env()):
+            cases = [c for c in cases if not c.thorough]
         return [(c, expected_reason(expected, c)) for c in cases]
 
     @classmethod
