@@ -123,7 +123,7 @@ DecaySumConformance = conformance_suite(ADAPTER)
 
 
 def test_a_correct_backend_of_a_plugin_kind_passes_every_case():
-    report = run_suite("decay_torch", "cpu", registry=REGISTRY, adapter=ADAPTER)
+    report = run_suite("decay_torch", "cpu", registry=REGISTRY, adapter=ADAPTER, thorough=False)
     assert [r.case for r in report.results][-2:] == ["shape-slow_decay[float32]", "shape-wide[float32]"]
     assert len(report.results) == 13 and report.ok, [(r.case, r.reason) for r in report.results]
 
@@ -134,7 +134,8 @@ def test_a_buggy_one_fails():
     assert {"chunked_prefill[float32]", "decode_after_prefill[float32]"} <= failed
 
 
-def test_the_factory_makes_a_base_class_a_vendor_subclasses():
+def test_the_factory_makes_a_base_class_a_vendor_subclasses(monkeypatch):
+    monkeypatch.delenv("MIXBOARD_THOROUGH", raising=False)  # the quick cases are counted
     assert DecaySumConformance.__name__ == "DecaySumConformance"
 
     class TestDecay(DecaySumConformance):  # what a vendor's test file holds
@@ -175,3 +176,12 @@ def test_a_plugin_kind_without_an_adapter_says_how_to_get_one():
 def test_a_bad_declaration_is_one_clear_error(conformance, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         run_suite("decay_torch", "cpu", registry=registry_with(conformance))
+
+
+def test_its_adapter_needs_nothing_new_for_the_thorough_mode():
+    # without real sizes or long shapes, the long cases run at its base
+    report = run_suite("decay_torch", "cpu", registry=REGISTRY, adapter=ADAPTER, thorough=True)
+    long = [r.case for r in report.results][13:]
+    assert long == ["prefill_4096[float32]", "long_chunked_prefill[float32]", "long_decode[float32]",
+                    "many_sequences_96[float32]"]
+    assert report.ok and report.thorough, [(r.case, r.reason) for r in report.results]
