@@ -196,20 +196,25 @@ class TestMine(ShortConvConformance):
 '''
 
 
-def collected(folder, *args) -> list[str]:
+def collect(folder, *args) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MIXBOARD_", "PYTEST_"))}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
-                         cwd=folder, capture_output=True, text=True, env=env)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
-    return [line for line in out.stdout.splitlines() if "::" in line]
+    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
+                            cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def collected(process: subprocess.Popen) -> list[str]:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, out[-2000:] + err
+    return [line for line in out.splitlines() if "::" in line]
 
 
 def test_the_pytest_option_covers_the_plugin_and_every_suite_class_of_the_run(tmp_path):
     (tmp_path / "test_mine.py").write_text(SUITE_FILE)
-    quick, thorough = len(cases_of("short_conv", False)), len(cases_of("short_conv", True))
-    assert len(collected(tmp_path, "test_mine.py")) == quick
-    assert len(collected(tmp_path, "test_mine.py", "--mixboard-thorough")) == thorough
     backend = ["--mixboard-backend", "short_conv_torch", "--mixboard-dtype", "float32"]
-    assert len(collected(tmp_path, *backend)) == quick
-    lines = collected(tmp_path, *backend, "--mixboard-thorough")
-    assert len(lines) == thorough and any("short_conv_torch:prefill_4096[float32]" in line for line in lines)
+    runs = [collect(tmp_path, "test_mine.py"), collect(tmp_path, "test_mine.py", "--mixboard-thorough"),
+            collect(tmp_path, *backend), collect(tmp_path, *backend, "--mixboard-thorough")]  # at once
+    suite_quick, suite_thorough, plugin_quick, plugin_thorough = map(collected, runs)
+    quick, thorough = len(cases_of("short_conv", False)), len(cases_of("short_conv", True))
+    assert len(suite_quick) == len(plugin_quick) == quick
+    assert len(suite_thorough) == len(plugin_thorough) == thorough
+    assert any("short_conv_torch:prefill_4096[float32]" in line for line in plugin_thorough)
