@@ -210,11 +210,11 @@ def collected(process: subprocess.Popen) -> list[str]:
 
 def test_the_pytest_option_covers_the_plugin_and_every_suite_class_of_the_run(tmp_path):
     (tmp_path / "test_mine.py").write_text(SUITE_FILE)
-    backend = ["--mixboard-backend", "short_conv_torch", "--mixboard-dtype", "float32"]
-    runs = [collect(tmp_path, "test_mine.py"), collect(tmp_path, "test_mine.py", "--mixboard-thorough"),
-            collect(tmp_path, *backend), collect(tmp_path, *backend, "--mixboard-thorough")]  # at once
-    suite_quick, suite_thorough, plugin_quick, plugin_thorough = map(collected, runs)
-    quick, thorough = len(cases_of("short_conv", False)), len(cases_of("short_conv", True))
-    assert len(suite_quick) == len(plugin_quick) == quick
-    assert len(suite_thorough) == len(plugin_thorough) == thorough
-    assert any("short_conv_torch:prefill_4096[float32]" in line for line in plugin_thorough)
+    # a suite class and the plugin's items in one run (paths given beside --mixboard-backend are kept)
+    both = ["test_mine.py", "--mixboard-backend", "short_conv_torch", "--mixboard-dtype", "float32"]
+    runs = [collect(tmp_path, *both), collect(tmp_path, *both, "--mixboard-thorough")]  # at once
+    for lines, thorough in zip(map(collected, runs), (False, True)):
+        expected = len(cases_of("short_conv", thorough))
+        assert len([line for line in lines if line.startswith("test_mine.py::TestMine::")]) == expected
+        assert len([line for line in lines if "[short_conv_torch:" in line]) == expected
+        assert any("prefill_4096[float32]" in line for line in lines) == thorough
