@@ -149,8 +149,6 @@ def test_an_optional_key_appears_when_its_table_says():
     assert StateSpec.paged(block_multiple=256, k=((2, 4), "float32")).to_dict()["block_multiple"] == 256
 
 
-@pytest.mark.xfail(strict=True, reason="the --help epilogs that point to docs/json.md are added in the runner's "
-                                       "command modules (issue 15 item 5's report gives the lines); drop this mark then")
 def test_help_of_every_command_with_json_points_to_the_page():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001

@@ -4,6 +4,12 @@ A target without a dot or glob character names a kind; one with either is a
 layer-name pattern (``fnmatch`` syntax). For a layer, the first layer pattern
 that matches wins, then the rule for its kind. Overrides are strict: the
 named backend must serve the layer or selection fails.
+
+Preferences (``--prefer``, ``$MIXBOARD_PREFER``) use the same rules without
+the strictness: a preferred backend that can serve a layer wins whatever its
+priority; one that cannot is passed over, with its reasons in the plan. A
+target may be named more than once there, the backends tried in the order
+written.
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ class Overrides:
         self.layer_rules = layer_rules  # (pattern, backend), in the order written
 
     @classmethod
-    def parse(cls, text: str | None, kinds=None) -> "Overrides":
-        """Parse rules; ``kinds`` (names) lets an unknown kind be reported now."""
+    def parse(cls, text: str | None, kinds=None, repeats: bool = False) -> "Overrides":
+        """Parse rules; ``kinds`` (names) lets an unknown kind be reported now.
+        ``repeats`` allows a target named twice (preferences: tried in order)."""
         if not text or not text.strip():
             return cls()
-        kind_rules: dict[str, str] = {}
-        layer_rules: dict[str, str] = {}
+        kind_rules: list[tuple[str, str]] = []
+        layer_rules: list[tuple[str, str]] = []
         for part in text.split(","):
             part = part.strip()
             if not part:
@@ -42,13 +49,16 @@ class Overrides:
             if not _NAME.fullmatch(backend):
                 raise UsageError(f"bad backend name {backend!r} in rule {part!r}")
             rules = layer_rules if _GLOB.search(target) else kind_rules
-            if target in rules:
-                raise UsageError(f"backend rule for {target!r} is given twice ({rules[target]} and {backend})")
+            earlier = [b for t, b in rules if t == target]
+            if earlier and not repeats:
+                raise UsageError(f"backend rule for {target!r} is given twice ({earlier[0]} and {backend})")
+            if backend in earlier:
+                raise UsageError(f"rule {part!r} is given twice")
             if rules is kind_rules and kinds is not None and target not in kinds:
                 raise UsageError(f"backend rule {part!r} names unknown kind {target!r}; kinds are "
                                  f"{', '.join(sorted(kinds))} (a layer pattern needs a dot or a glob)")
-            rules[target] = backend
-        return cls(tuple(kind_rules.items()), tuple(layer_rules.items()))
+            rules.append((target, backend))
+        return cls(tuple(kind_rules), tuple(layer_rules))
 
     def __bool__(self) -> bool:
         return bool(self.kind_rules or self.layer_rules)
@@ -63,6 +73,13 @@ class Overrides:
             if target == kind:
                 return backend, f"{target}={backend}"
         return None
+
+    def all_for_layer(self, layer: str | None, kind: str) -> tuple[tuple[str, str], ...]:
+        """Every (backend, rule) naming this layer, best first: layer patterns
+        in the order written, then the kind's rules (preferences)."""
+        found = [(b, f"{p}={b}") for p, b in self.layer_rules if layer is not None and fnmatchcase(layer, p)]
+        found += [(b, f"{t}={b}") for t, b in self.kind_rules if t == kind]
+        return tuple(found)
 
     def __str__(self) -> str:
         return ",".join(f"{t}={b}" for t, b in self.kind_rules + self.layer_rules)

@@ -42,6 +42,7 @@ class LayerPlan:
             "kind": self.kind,
             "backend": self.backend,
             "rule": self.selection.rule,
+            "preferred_by": self.selection.preferred_by,
             "spec": self.spec.to_dict(),
             "rejected": {n: list(r) for n, r in self.rejected.items()},
         }

@@ -72,23 +72,29 @@ class Registry:
     def parse_overrides(self, text: str | None) -> Overrides:
         return Overrides.parse(text, kinds=self.kinds)
 
+    def parse_preferences(self, text: str | None) -> Overrides:
+        return Overrides.parse(text, kinds=self.kinds, repeats=True)
+
     # -- selection -------------------------------------------------------
     def select(self, kind: str, spec: Any = None, env: Environment | None = None, *,
-               layer: str | None = None, overrides: Overrides | None = None) -> Selection:
+               layer: str | None = None, overrides: Overrides | None = None,
+               prefer: Overrides | None = None) -> Selection:
         """The backend for one layer. Raises SelectionError (nothing serves
-        it, or a forced backend cannot) or UsageError (bad request)."""
+        it, or a forced backend cannot) or UsageError (bad request).
+        ``overrides`` force a backend; ``prefer`` picks one where it can serve."""
         if spec is None:
             spec = self.kind(kind).default_spec()
         if env is None:
             env = detect()
         forced = overrides.for_layer(layer, kind) if overrides else None
-        key = (kind, spec, env, forced)
+        preferred = prefer.all_for_layer(layer, kind) if prefer and forced is None else ()
+        key = (kind, spec, env, forced, preferred)
         selection = self._memo.get(key)
         if selection is None:
-            selection = self._memo[key] = self._select(kind, spec, env, forced, layer)
+            selection = self._memo[key] = self._select(kind, spec, env, forced, layer, preferred)
         return selection
 
-    def _select(self, kind, spec, env, forced, layer) -> Selection:
+    def _select(self, kind, spec, env, forced, layer, preferred=()) -> Selection:
         kind_obj = self.kind(kind)
         if not isinstance(spec, kind_obj.spec):
             raise UsageError(f"a {kind} layer needs a {kind_obj.spec.__name__}, not {type(spec).__name__}")
@@ -110,12 +116,36 @@ class Registry:
             if not candidates or not candidates[0].available:
                 raise SelectionError(self._nothing_serves(kind_obj, where, env, candidates),
                                      {c.name: list(c.reasons) for c in candidates})
-            entry = self.backends[candidates[0].name]
             rule = None
-            rejected = {c.name: c.reasons or (_lost_to(c, candidates[0]),) for c in candidates[1:]}
+            winner, preferred_by, passed_over = self._preferred(candidates, preferred, kind, where)
+            entry = self.backends[winner.name]
+            rejected = {}
+            for c in candidates:
+                if c is winner:
+                    continue
+                why = c.reasons or (f"available, but rule {preferred_by!r} prefers {winner.name!r}" if preferred_by
+                                    else _lost_to(c, winner),)
+                if c.name in passed_over:  # say why a preference did not take
+                    why = (f"preferred by rule {passed_over[c.name]!r} but cannot serve it",) + why
+                rejected[c.name] = why
+            return Selection(kind, spec, env, entry, self._state_spec(entry, kind_obj, spec), candidates, rejected,
+                             rule, preferred_by)
         return Selection(kind, spec, env, entry, self._state_spec(entry, kind_obj, spec), candidates, rejected, rule)
 
-    def _forced_entry(self, name: str, rule: str, kind: str, where: str) -> BackendEntry:
+    def _preferred(self, candidates, preferred, kind: str, where: str):
+        """(winner, the preference rule that picked it or None, {backend passed over: its rule}):
+        the first preferred backend that can serve the layer, else the best by priority."""
+        by_name = {c.name: c for c in candidates}
+        passed_over: dict[str, str] = {}
+        for name, rule in preferred:
+            self._forced_entry(name, rule, kind, where, "prefers")  # a typo or a backend of another kind is an error
+            candidate = by_name[name]
+            if candidate.available:
+                return candidate, rule, passed_over
+            passed_over.setdefault(name, rule)
+        return candidates[0], None, passed_over
+
+    def _forced_entry(self, name: str, rule: str, kind: str, where: str, verb: str = "forces") -> BackendEntry:
         entry = self.backends.get(name)
         if entry is None:
             names = [e.name for e in self._by_kind[kind]]
@@ -124,7 +154,7 @@ class Registry:
             raise UsageError(f"rule {rule!r} names unknown backend {name!r}; backends of {kind}: "
                              f"{', '.join(names) or 'none installed'}{hint}")
         if entry.cls.kind != kind:
-            raise UsageError(f"rule {rule!r} forces backend {name!r}, which serves {entry.cls.kind}, "
+            raise UsageError(f"rule {rule!r} {verb} backend {name!r}, which serves {entry.cls.kind}, "
                              f"onto {where} of kind {kind}")
         return entry
 
@@ -148,13 +178,18 @@ class Registry:
 
     # -- planning --------------------------------------------------------
     def plan(self, layers: Iterable[tuple[str, str, Any]], env: Environment | None = None,
-             overrides: Overrides | str | None = None) -> Plan:
-        """Resolve every layer, given as (name, kind, spec)."""
+             overrides: Overrides | str | None = None, prefer: Overrides | str | None = None) -> Plan:
+        """Resolve every layer, given as (name, kind, spec); ``overrides``
+        force backends, ``prefer`` picks them where they can serve."""
         if env is None:
             env = detect()
         if isinstance(overrides, str) or overrides is None:
             overrides = self.parse_overrides(overrides)
+        if isinstance(prefer, str) or prefer is None:
+            prefer = self.parse_preferences(prefer)
         has_rules = bool(overrides)
+        preferring = bool(prefer)
+        preference_matched: set[str] = set()  # preference rules that name some layer
         # Models repeat the same spec object layer after layer: look those up
         # by identity within this call before hashing specs for the memo.
         by_identity: dict[tuple, Selection] = {}
@@ -168,22 +203,37 @@ class Registry:
             forced = overrides.for_layer(name, kind) if has_rules else None
             if forced is not None:
                 used.add(forced[1])
-            key = (kind, id(spec), forced)
+            preferred = prefer.all_for_layer(name, kind) if preferring and forced is None else ()
+            preference_matched.update(rule for _, rule in preferred)
+            key = (kind, id(spec), forced, preferred)
             selection = by_identity.get(key)
             if selection is None:
-                selection = by_identity[key] = self.select(kind, spec, env, layer=name, overrides=overrides)
+                selection = by_identity[key] = self.select(kind, spec, env, layer=name, overrides=overrides,
+                                                           prefer=prefer)
             planned.append(LayerPlan(name, kind, spec, selection))
         if has_rules:
             self._check_rules_used(overrides, used, planned)
+        if preferring:
+            self._check_rules_used(prefer, preference_matched, planned, forced_by=overrides)
         return Plan(env, tuple(planned))
 
-    def _check_rules_used(self, overrides: Overrides, used: set[str], planned: list[LayerPlan]) -> None:
+    def _check_rules_used(self, overrides: Overrides, used: set[str], planned: list[LayerPlan],
+                          forced_by: Overrides | None = None) -> None:
         """Strict means strict: a rule that picked no layer's backend is an
-        error saying what it could have meant, never silently ignored."""
+        error saying what it could have meant, never silently ignored. For
+        preferences (``forced_by`` given) a rule is used when it names some
+        layer, whether or not its backend could serve it."""
         for target, backend in overrides.kind_rules + overrides.layer_rules:
             rule = f"{target}={backend}"
             if rule in used:
                 continue
+            if forced_by is not None:
+                is_kind = (target, backend) in overrides.kind_rules
+                named = [layer for layer in planned
+                         if (layer.kind == target if is_kind else fnmatchcase(layer.name, target))]
+                if named:  # every layer it names is forced: the preference can never act
+                    raise UsageError(f"preference {rule!r} names only layers that backend rules force "
+                                     f"({named[0].name}{', ...' if len(named) > 1 else ''}); drop it")
             if backend not in self.backends:
                 close = difflib.get_close_matches(backend, list(self.backends), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -39,15 +39,17 @@ class Candidate:
 class Selection:
     """The backend for layers of one (kind, spec, environment, forced backend); immutable by convention."""
 
-    __slots__ = ("kind", "spec", "environment", "chosen", "state_spec", "candidates", "rejected", "rule")
+    __slots__ = ("kind", "spec", "environment", "chosen", "state_spec", "candidates", "rejected", "rule", "preferred_by")
 
     def __init__(self, kind: str, spec: Any, environment: Environment, chosen: BackendEntry, state_spec: StateSpec,
-                 candidates: tuple[Candidate, ...], rejected: Mapping[str, tuple[str, ...]], rule: str | None):
+                 candidates: tuple[Candidate, ...], rejected: Mapping[str, tuple[str, ...]], rule: str | None,
+                 preferred_by: str | None = None):
         self.kind, self.spec, self.environment, self.chosen = kind, spec, environment, chosen
         self.state_spec = state_spec
         self.candidates = candidates  # best first
         self.rejected = rejected  # every other candidate -> why it was not chosen
         self.rule = rule  # the override rule that forced the choice, if any
+        self.preferred_by = preferred_by  # the preference rule that picked the choice, if any
 
     @property
     def backend(self) -> type:
@@ -60,6 +62,7 @@ class Selection:
             "environment": self.environment.to_dict(),
             "chosen": self.chosen.name,
             "rule": self.rule,
+            "preferred_by": self.preferred_by,
             "candidates": [c.to_dict() for c in self.candidates],
         }
 

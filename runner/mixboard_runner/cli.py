@@ -26,9 +26,12 @@ EPILOG = """examples:
 
 environment variables:
   MIXBOARD_BACKEND          default for --backend (KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated)
+  MIXBOARD_PREFER           default for --prefer (the same rules; preferred where they can serve, not forced)
   MIXBOARD_PLUGINS          load only these plugins (entry-point names, comma separated)
   MIXBOARD_DISABLE_PLUGINS  skip these plugins
   MIXBOARD_STRICT_PLUGINS   1: any plugin fault is an error (for CI)
+
+--json output of every command: docs/json.md (key by key, with the stability promise)
 """
 
 
@@ -55,7 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     run_commands.add_commands(commands)
     registry_commands.add_commands(commands)
     check_command.add_commands(commands)
+    _point_json_to_its_page(commands)
     return parser
+
+
+def _point_json_to_its_page(commands) -> None:
+    """Every command with --json says where its keys are described (one place, so none is forgotten)."""
+    for name, sub in commands.choices.items():
+        if any("--json" in action.option_strings for action in sub._actions):  # noqa: SLF001
+            line = (f"JSON (--json): a stable contract, every key described in docs/json.md, "
+                    f"section \"mixboard {name} --json\".")
+            sub.epilog = f"{sub.epilog}\n\n{line}" if sub.epilog else line
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,13 +98,15 @@ class Stats:
 
 class Engine:
     def __init__(self, model: str | Path | None = None, *, device: str = "cpu", dtype: str = "float32",
-                 backend: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
+                 backend: str | None = None, prefer: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
                  max_batched_tokens: int = 2048, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None,
                  registry=None, reuse_host_memory: bool | None = None, allow_nonfinite_weights: bool = False):
         """``reuse_host_memory``: keep large freed blocks in the process's heap
         for reuse (glibc only; see host_memory.py). Default: on for CPU devices.
         ``allow_nonfinite_weights``: load weights holding NaN or Inf (with a
-        warning) instead of refusing them."""
+        warning) instead of refusing them. ``backend`` forces backends and
+        ``prefer`` prefers them where they can serve (rules as ``mixboard run
+        --backend`` / ``--prefer`` take them)."""
         # every argument is checked before anything is loaded or allocated
         if dtype not in DTYPES:
             raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
@@ -112,6 +114,8 @@ class Engine:
             checks.instance("model", model, (str, os.PathLike), "a folder's path or 'demo'")
         if backend is not None:
             checks.instance("backend", backend, str, "rules as text (KIND=BACKEND,...)")
+        if prefer is not None:
+            checks.instance("prefer", prefer, str, "rules as text (KIND=BACKEND,...)")
         cache_memory = checks.integer("cache_memory", cache_memory, 1)
         max_seqs = checks.integer("max_seqs", max_seqs, 1)
         max_batched_tokens = checks.integer("max_batched_tokens", max_batched_tokens, 1)
@@ -128,7 +132,7 @@ class Engine:
             reuse_freed_memory()
         self.registry = registry or get_registry()
         # the plan (strict rules) and the tokenizer first: a mistake in either costs no weight load
-        self.plan = self.registry.plan(build_model(model, dtype).layer_decls(), self.env, backend)
+        self.plan = self.registry.plan(build_model(model, dtype).layer_decls(), self.env, backend, prefer)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
         # what runs the stateless projections (models/linear.py), in words: printed by `mixboard run`

@@ -10,7 +10,7 @@ import textwrap
 
 from mixboard.dtypes import DTYPES
 
-from . import environment_flags
+from . import environment_flags, rule_flags
 from .table import render
 
 
@@ -50,9 +50,7 @@ def add_commands(commands) -> None:
     p.add_argument("--spec", default="", metavar="KEY=VALUE,...",
                    help="spec fields, e.g. num_heads=32,dtype=bfloat16 (see the fields with --spec help)")
     p.add_argument("--layer", metavar="NAME", help="the layer's name, for layer-pattern rules in --backend")
-    p.add_argument("--backend", default=None, metavar="RULES",
-                   help="force backends: KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated "
-                        "(default: $MIXBOARD_BACKEND)")
+    rule_flags.add_flags(p)
     _add_environment(p)
     p.add_argument("--json", action="store_true", help="print a JSON object (stable contract)")
     p.set_defaults(run=cmd_select)
@@ -148,11 +146,11 @@ def cmd_select(args) -> int:
             print(f"  {name}: {text}")
         return 0
     spec = registry.make_spec(args.kind, parse_spec_text(args.spec))
-    rules = args.backend if args.backend is not None else os.environ.get("MIXBOARD_BACKEND")
-    overrides = registry.parse_overrides(rules)
+    overrides = registry.parse_overrides(rule_flags.forced(args))
+    prefer = registry.parse_preferences(rule_flags.preferred(args))
     env, notes = environment_flags.resolve(args)
     try:
-        selection = registry.select(args.kind, spec, env, layer=args.layer, overrides=overrides)
+        selection = registry.select(args.kind, spec, env, layer=args.layer, overrides=overrides, prefer=prefer)
     except SelectionError as exc:
         if args.json:
             from mixboard.selection import rank
@@ -166,7 +164,8 @@ def cmd_select(args) -> int:
     if args.json:
         print(json.dumps(selection.to_dict(), indent=2))
         return 0
-    rule = f" (forced by rule {selection.rule})" if selection.rule else ""
+    rule = (f" (forced by rule {selection.rule})" if selection.rule else
+            f" (preferred by rule {selection.preferred_by})" if selection.preferred_by else "")
     print(f"{args.kind} -> {selection.chosen.name}{rule}")
     environment_flags.print_environment(env, notes)
     print("spec: " + ", ".join(f"{k}={v}" for k, v in spec.to_dict().items()))

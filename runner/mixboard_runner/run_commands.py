@@ -8,7 +8,7 @@ import re
 import sys
 import time
 
-from . import environment_flags
+from . import environment_flags, rule_flags
 from .table import render
 
 DEFAULT_PROMPT = "The mixers of a hybrid model"
@@ -64,21 +64,16 @@ def _raw():
 
 
 def _add_common(p) -> None:
-    p.add_argument("--backend", default=None, metavar="RULES",
-                   help="force backends: KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated "
-                        "(default: $MIXBOARD_BACKEND)")
+    rule_flags.add_flags(p)
     p.add_argument("--device", default=None, help="torch device (run: the device to run on, default cpu; explain: "
                                                   "simulate this device type, default this machine)")
-
-
-def _rules(args):
-    return args.backend if args.backend is not None else os.environ.get("MIXBOARD_BACKEND")
 
 
 def explain_dict(plan) -> dict:
     data = plan.to_dict()
     return {"fingerprint": data["fingerprint"], "environment": data["environment"],
-            "layers": [{k: layer[k] for k in ("name", "kind", "backend", "rule", "rejected")} for layer in data["layers"]],
+            "layers": [{k: layer[k] for k in ("name", "kind", "backend", "rule", "preferred_by", "rejected")}
+                       for layer in data["layers"]],
             "groups": [{k: g[k] for k in ("backend", "kind", "layers", "state")} for g in data["groups"]]}
 
 
@@ -104,7 +99,8 @@ def cmd_explain(args) -> int:
     model = build_model(args.model, args.dtype)
     env, notes = environment_flags.resolve(args)
     registry = get_registry()
-    plan = registry.plan(model.layer_decls(), env, registry.parse_overrides(_rules(args)))
+    plan = registry.plan(model.layer_decls(), env, registry.parse_overrides(rule_flags.forced(args)),
+                         registry.parse_preferences(rule_flags.preferred(args)))
     if args.json:
         print(json.dumps(explain_dict(plan), indent=2))
         return 0
@@ -115,7 +111,8 @@ def cmd_explain(args) -> int:
     rows = []
     for layer in plan.layers:
         rejected = "; ".join(f"{n}: {', '.join(r)}" for n, r in layer.rejected.items()) or "-"
-        rows.append([layer.name, layer.kind, layer.backend + (" (forced)" if layer.selection.rule else ""), rejected])
+        how = " (forced)" if layer.selection.rule else " (preferred)" if layer.selection.preferred_by else ""
+        rows.append([layer.name, layer.kind, layer.backend + how, rejected])
     print(render(["layer", "kind", "backend", "rejected"], rows))
     return 0
 
@@ -153,7 +150,8 @@ def cmd_run(args) -> int:
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k or 0,
                             top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed,
                             ignore_eos=args.ignore_eos)
-    engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=_rules(args),
+    engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=rule_flags.forced(args),
+                    prefer=rule_flags.preferred(args),
                     cache_memory=parse_size(args.cache_memory), allow_nonfinite_weights=args.allow_nonfinite_weights)
     prompts: list = [parse_ids(t) for t in args.prompt_ids] + list(args.prompt)
     if not prompts:
