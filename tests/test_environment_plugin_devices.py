@@ -138,3 +138,12 @@ def test_device_descriptions_are_checked(distributions):
     assert "returned 'acme', which is not a mixboard.Device" in errors["notdev"][0]
     assert "device 'npx' is registered by both" in errors["one"][0] and errors["two"]
     assert list(loaded.devices) == ["npu"] and loaded.devices["npu"].description == "Ascend"
+
+
+def test_the_kit_knows_a_plugin_device_and_says_when_torch_lacks_it(site):
+    out = mixboard(site, "check", "acme_attn", "--device", "acme")
+    assert out.returncode == 5, out.stderr
+    assert ("acme_attn ran no case on acme: all 26 were skipped: device 'acme' is not available here: torch has no "
+            "such device in this process (is its torch extension installed?)") in out.stderr
+    out = mixboard(site, "check", "acme_attn", "--device", "acmee")
+    assert out.returncode == 2 and "unknown device 'acmee'" in out.stderr and out.stderr.count("\n") == 1

@@ -23,7 +23,7 @@ import torch
 
 from ...backend import ANY_DEVICE, Backend
 from ...dtypes import torch_dtype
-from ...environment import Environment, KNOWN_DEVICES, detect, for_device
+from ...environment import Environment, detect, for_device, known_devices
 from ...errors import UsageError
 from ...metadata import CommonBatchMetadata
 from ...ops.checks import build_impl
@@ -133,14 +133,19 @@ def environment(target: Target, device: str | None) -> tuple[str, Environment | 
     every case, with that and the backend's reasons against this machine."""
     cls = target.cls
     device = device or default_device(cls)
+    known = known_devices()  # torch's and those plugins describe (out-of-tree devices)
     try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        dev = None
-    if dev is None or dev.type not in KNOWN_DEVICES:
-        raise UsageError(f"unknown device {device!r}; expected a torch device: {', '.join(KNOWN_DEVICES)}, "
+        dev_type = torch.device(device).type
+        present = True
+    except (RuntimeError, TypeError):  # torch lacks it here: a plugin's device whose extension is not loaded?
+        dev_type, present = str(device).partition(":")[0], False
+    if dev_type not in known:
+        raise UsageError(f"unknown device {device!r}; expected a torch device: {', '.join(known)}, "
                          f"optionally with an index (cuda:1)")
     try:
+        if not present:
+            raise UsageError(f"device {device!r} is not available here: torch has no such device in this process "
+                             f"(is its torch extension installed?)")
         return device, for_device(device), []
     except UsageError as exc:
         spec = target.kind.default_spec()
