@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from mixboard import AttentionSpec, Backend, Registry, UsageError, simulate
+from mixboard import AttentionSpec, Backend, Registry, UsageError, get_registry, simulate
 
 CPU = simulate("cpu")
 H100 = simulate("cuda", "9.0")
@@ -71,12 +71,15 @@ def test_forcing_beats_preferring():
 
 
 @pytest.mark.parametrize("rules, message", [
-    ("attention=vendr", "names unknown backend 'vendr'; backends of attention: gpu_only, kernels, portable, vendor; "
-                        "did you mean 'vendor'?"),
-    ("attention=ssm", "rule 'attention=ssm' prefers backend 'ssm', which serves mamba2"),
+    ("attention=vendr", "preference 'attention=vendr' names unknown backend 'vendr'; did you mean 'vendor'? "
+                        "(installed: gpu_only, kernels, portable, ssm, vendor)"),
+    ("attention=ssm", "preference 'attention=ssm' names backend 'ssm', which serves mamba2, not attention"),
     ("mamba2=ssm", "rule 'mamba2=ssm' matches no layer: this model has no mamba2 layers"),
     ("m.9.*=vendor", "rule 'm.9.*=vendor' matches no layer of this model"),
     ("attention=vendor,attention=vendor", "rule 'attention=vendor' is given twice"),
+    # a typo after a preference that serves here is still a typo
+    ("attention=portable,attention=vendr", "preference 'attention=vendr' names unknown backend 'vendr'"),
+    ("attention=portable,m.*=ssm", "rule 'm.*=ssm' prefers backend 'ssm', which serves mamba2"),
 ])
 def test_a_preference_that_cannot_mean_anything_is_an_error(rules, message):
     with pytest.raises(UsageError, match=None) as info:
@@ -108,19 +111,36 @@ def test_the_cli_and_its_variable_prefer_an_installed_backend_without_forcing_it
     # the variable does the same; --prefer given beats it
     out = _cli("select", "attention", "--json", env_extra={"MIXBOARD_PREFER": "attention=sdpa"})
     assert json.loads(out.stdout)["chosen"] == "sdpa"
+    by_priority = get_registry().select("attention").chosen.name  # sdpa_cpu where its C kernel built
     out = _cli("select", "attention", "--json", "--prefer", "", env_extra={"MIXBOARD_PREFER": "attention=sdpa"})
-    assert json.loads(out.stdout)["chosen"] == "sdpa_cpu"
+    assert json.loads(out.stdout)["chosen"] == by_priority
     # a preference that cannot serve here is no error: flash_attn needs a GPU
-    out = _cli("select", "attention", "--prefer", "attention=flash_attn")
-    assert out.returncode == 0 and out.stdout.startswith("attention -> sdpa_cpu\n")
+    out = _cli("select", "attention", "--prefer", "attention=flash_attn", "--json")
+    data = json.loads(out.stdout)
+    assert out.returncode == 0 and data["chosen"] == by_priority and data["preferred_by"] is None
+    assert data["rejected"]["flash_attn"][0] == "preferred by rule 'attention=flash_attn' but cannot serve it"
     out = _cli("explain", "demo", "--prefer", "attention=sdpx")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "did you mean 'sdpa'?" in out.stderr
 
 
-def test_the_engine_takes_preferences():
+def test_select_is_as_strict_as_a_plan():
+    for args, message in [(["--prefer", "mamba2=mamba2_torch"], "this model has no mamba2 layers"),
+                          (["--backend", "mamba2=mamba2_torch"], "this model has no mamba2 layers"),
+                          (["--prefer", "model.layers.9.*=sdpa", "--layer", "model.layers.0.self_attn"],
+                           "matches no layer of this model"),
+                          (["--prefer", "model.layers.9.*=sdpa"], "give the layer's name (--layer NAME)")]:
+        out = _cli("select", "attention", *args)
+        assert out.returncode == 2 and message in out.stderr and out.stderr.count("\n") == 1, (args, out.stderr)
+
+
+def test_the_engine_takes_preferences_and_their_variable(monkeypatch):
     from mixboard_runner.engine import Engine
 
     engine = Engine("demo", prefer="attention=sdpa")
     assert {layer.backend for layer in engine.plan.layers if layer.kind == "attention"} == {"sdpa"}
+    monkeypatch.setenv("MIXBOARD_PREFER", "attention=sdpa")
+    assert {layer.backend for layer in Engine("demo").plan.layers if layer.kind == "attention"} == {"sdpa"}
+    assert "sdpa" not in {layer.backend for layer in Engine("demo", prefer="").plan.layers} or \
+        get_registry().select("attention").chosen.name == "sdpa"
     with pytest.raises(UsageError, match="prefer must be"):
         Engine("demo", prefer=["attention=sdpa"])

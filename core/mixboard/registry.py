@@ -73,7 +73,21 @@ class Registry:
         return Overrides.parse(text, kinds=self.kinds)
 
     def parse_preferences(self, text: str | None) -> Overrides:
-        return Overrides.parse(text, kinds=self.kinds, repeats=True)
+        """Preference rules, every backend checked now: whether a typo is an
+        error must not depend on whether an earlier preference served here."""
+        prefer = Overrides.parse(text, kinds=self.kinds, repeats=True)
+        for target, backend in prefer.kind_rules + prefer.layer_rules:
+            rule = f"{target}={backend}"
+            entry = self.backends.get(backend)
+            if entry is None:
+                close = difflib.get_close_matches(backend, list(self.backends), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise UsageError(f"preference {rule!r} names unknown backend {backend!r}{hint} (installed: "
+                                 f"{', '.join(sorted(self.backends)) or 'none'})")
+            if (target, backend) in prefer.kind_rules and entry.cls.kind != target:
+                raise UsageError(f"preference {rule!r} names backend {backend!r}, which serves {entry.cls.kind}, "
+                                 f"not {target}")
+        return prefer
 
     # -- selection -------------------------------------------------------
     def select(self, kind: str, spec: Any = None, env: Environment | None = None, *,
@@ -137,8 +151,9 @@ class Registry:
         the first preferred backend that can serve the layer, else the best by priority."""
         by_name = {c.name: c for c in candidates}
         passed_over: dict[str, str] = {}
+        for name, rule in preferred:  # a backend of another kind is an error, whichever serves here
+            self._forced_entry(name, rule, kind, where, "prefers")
         for name, rule in preferred:
-            self._forced_entry(name, rule, kind, where, "prefers")  # a typo or a backend of another kind is an error
             candidate = by_name[name]
             if candidate.available:
                 return candidate, rule, passed_over
@@ -189,48 +204,51 @@ class Registry:
             prefer = self.parse_preferences(prefer)
         has_rules = bool(overrides)
         preferring = bool(prefer)
-        preference_matched: set[str] = set()  # preference rules that name some layer
         # Models repeat the same spec object layer after layer: look those up
         # by identity within this call before hashing specs for the memo.
         by_identity: dict[tuple, Selection] = {}
         planned = []
         seen = set()
-        used: set[str] = set()  # the rules that picked a layer's backend
         for name, kind, spec in layers:
             if name in seen:
                 raise UsageError(f"layer name {name!r} appears twice")
             seen.add(name)
             forced = overrides.for_layer(name, kind) if has_rules else None
-            if forced is not None:
-                used.add(forced[1])
             preferred = prefer.all_for_layer(name, kind) if preferring and forced is None else ()
-            preference_matched.update(rule for _, rule in preferred)
             key = (kind, id(spec), forced, preferred)
             selection = by_identity.get(key)
             if selection is None:
                 selection = by_identity[key] = self.select(kind, spec, env, layer=name, overrides=overrides,
                                                            prefer=prefer)
             planned.append(LayerPlan(name, kind, spec, selection))
-        if has_rules:
-            self._check_rules_used(overrides, used, planned)
-        if preferring:
-            self._check_rules_used(prefer, preference_matched, planned, forced_by=overrides)
+        self.check_rules_used(overrides, prefer, [(layer.name, layer.kind) for layer in planned])
         return Plan(env, tuple(planned))
 
-    def _check_rules_used(self, overrides: Overrides, used: set[str], planned: list[LayerPlan],
-                          forced_by: Overrides | None = None) -> None:
-        """Strict means strict: a rule that picked no layer's backend is an
-        error saying what it could have meant, never silently ignored. For
-        preferences (``forced_by`` given) a rule is used when it names some
-        layer, whether or not its backend could serve it."""
+    def check_rules_used(self, overrides: Overrides, prefer: Overrides, layers: list[tuple[str | None, str]]) -> None:
+        """Every rule must name some of ``layers`` ((name, kind) pairs): a
+        forcing rule must pick one's backend, a preference must name one that
+        no forcing rule picks. A rule that cannot mean anything is an error
+        saying what it could have meant, never silently ignored."""
+        if overrides:
+            used = {forced[1] for name, kind in layers if (forced := overrides.for_layer(name, kind))}
+            self._check_rules_used(overrides, used, layers)
+        if prefer:
+            named = {rule for name, kind in layers if not (overrides and overrides.for_layer(name, kind))
+                     for _, rule in prefer.all_for_layer(name, kind)}
+            self._check_rules_used(prefer, named, layers, preferences=True)
+
+    def _check_rules_used(self, overrides: Overrides, used: set[str], layers: list[tuple[str | None, str]],
+                          preferences: bool = False) -> None:
+        planned = [_Named(name, kind) for name, kind in layers]
         for target, backend in overrides.kind_rules + overrides.layer_rules:
             rule = f"{target}={backend}"
             if rule in used:
                 continue
-            if forced_by is not None:
+            if preferences:
                 is_kind = (target, backend) in overrides.kind_rules
                 named = [layer for layer in planned
-                         if (layer.kind == target if is_kind else fnmatchcase(layer.name, target))]
+                         if (layer.kind == target if is_kind
+                             else layer.name is not None and fnmatchcase(layer.name, target))]
                 if named:  # every layer it names is forced: the preference can never act
                     raise UsageError(f"preference {rule!r} names only layers that backend rules force "
                                      f"({named[0].name}{', ...' if len(named) > 1 else ''}); drop it")
@@ -246,7 +264,10 @@ class Registry:
                                      "before it; drop the rule")
                 raise UsageError(f"rule {rule!r} matches no layer: this model has no {target} layers "
                                  f"(its layers are of kind {', '.join(kinds) or 'none'}); drop the rule")
-            names = [layer.name for layer in planned]
+            names = [layer.name for layer in planned if layer.name is not None]
+            if not names:  # `mixboard select` without --layer: nothing a pattern could match
+                raise UsageError(f"rule {rule!r} is a layer pattern: give the layer's name (--layer NAME) "
+                                 f"for it to match")
             shadowed = [n for n in names if fnmatchcase(n, target)]
             if shadowed:
                 raise UsageError(f"rule {rule!r} picks no layer: rules before it pick every layer it matches "
@@ -256,6 +277,15 @@ class Registry:
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             raise UsageError(f"rule {rule!r} matches no layer of this model; {hint}its layers are named like "
                              f"{shown or 'nothing'}")
+
+
+class _Named:
+    """A layer as the rule checks see it: its name and kind."""
+
+    __slots__ = ("name", "kind")
+
+    def __init__(self, name: str | None, kind: str):
+        self.name, self.kind = name, kind
 
 
 def _lost_to(candidate, winner) -> str:

@@ -64,6 +64,7 @@ class Selection:
             "rule": self.rule,
             "preferred_by": self.preferred_by,
             "candidates": [c.to_dict() for c in self.candidates],
+            "rejected": {name: list(reasons) for name, reasons in self.rejected.items()},
         }
 
     def __repr__(self) -> str:

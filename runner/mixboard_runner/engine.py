@@ -106,12 +106,16 @@ class Engine:
         ``allow_nonfinite_weights``: load weights holding NaN or Inf (with a
         warning) instead of refusing them. ``backend`` forces backends and
         ``prefer`` prefers them where they can serve (rules as ``mixboard run
-        --backend`` / ``--prefer`` take them)."""
+        --backend`` / ``--prefer`` take them); left None, each takes its
+        environment variable ($MIXBOARD_BACKEND, $MIXBOARD_PREFER), as the
+        CLI does. Give "" for no rules whatever the environment says."""
         # every argument is checked before anything is loaded or allocated
         if dtype not in DTYPES:
             raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
         if model is not None:
             checks.instance("model", model, (str, os.PathLike), "a folder's path or 'demo'")
+        backend = os.environ.get("MIXBOARD_BACKEND") if backend is None else backend
+        prefer = os.environ.get("MIXBOARD_PREFER") if prefer is None else prefer
         if backend is not None:
             checks.instance("backend", backend, str, "rules as text (KIND=BACKEND,...)")
         if prefer is not None:

@@ -149,6 +149,7 @@ def cmd_select(args) -> int:
     overrides = registry.parse_overrides(rule_flags.forced(args))
     prefer = registry.parse_preferences(rule_flags.preferred(args))
     env, notes = environment_flags.resolve(args)
+    registry.check_rules_used(overrides, prefer, [(args.layer, args.kind)])  # as strict as a plan's
     try:
         selection = registry.select(args.kind, spec, env, layer=args.layer, overrides=overrides, prefer=prefer)
     except SelectionError as exc:
