@@ -280,8 +280,8 @@ def for_device(device: str) -> Environment:
 
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise UsageError(f"unknown device {device!r}: {exc}") from None
+    except (RuntimeError, TypeError):
+        return _no_such_device(device)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(f"device {device!r} is not available here: torch sees no CUDA or ROCm device")
@@ -292,6 +292,16 @@ def for_device(device: str) -> Environment:
     if here.device != dev.type:
         raise UsageError(f"device {device!r} is not available here (this machine: {here.device})")
     return here
+
+
+def _no_such_device(device) -> Environment:
+    """A device torch rejects: one a plugin describes whose extension is not loaded, or a typo."""
+    known = known_devices()
+    if str(device).partition(":")[0] in known:
+        raise UsageError(f"device {device!r} is not available here: torch has no such device in this process "
+                         f"(is its torch extension installed?)")
+    raise UsageError(f"unknown device {device!r}; expected one of {', '.join(known)}, optionally with an index "
+                     f"(cuda:1)")
 
 
 def resolve(device: str | None = None, capability: str | None = None, arch: str | None = None,

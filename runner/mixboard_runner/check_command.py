@@ -74,11 +74,13 @@ def cmd_check(args) -> int:
 
     if args.block_size < 1:
         raise UsageError(f"--block-size must be at least 1, not {args.block_size}")
+    if args.case and not all(name.strip() for name in args.case):
+        raise UsageError("--case needs a case's name or id, e.g. --case chunked_prefill or --case 'prefill_300[float32]'")
     report = run_suite(args.backend, args.device, args.dtype, block_size=args.block_size, select=args.case,
                        fail_fast=args.exitfirst, thorough=True if args.thorough else None)
     if args.case and not report.results:
-        raise UsageError(f"--case {', '.join(args.case)} names no case of {args.backend!r}; "
-                         f"`mixboard check {args.backend}` lists them")
+        raise UsageError(f"--case {', '.join(args.case)} names no case of {args.backend!r} in the dtypes asked "
+                         f"({', '.join(report.dtypes)}); `mixboard check {args.backend}` lists them")
     if args.json:
         print(json.dumps([r.to_dict() for r in report.results], indent=2))
     else:

@@ -26,7 +26,8 @@ class Mamba2Triton(Backend):
     devices = ("cuda",)
     dtypes = ("float32", "bfloat16", "float16")
     requires = ("mamba_ssm", "triton")
-    install_hint = "pip install 'mixboard-mamba2[triton]' on a CUDA machine; mamba-ssm compiles CUDA extensions"
+    install_hint = ("pip install 'mixboard-mamba2[triton]' on a CUDA or ROCm machine; mamba-ssm compiles its "
+                    "extensions there")
     api_version = 1
     description = ("mamba-ssm's Triton kernels: varlen chunked SSD scan, selective state update, "
                    "gated RMSNorm (NVIDIA GPUs; AMD through ROCm, untested)")
