@@ -37,7 +37,8 @@ def test_plugins_json_contract(site):
     assert out.returncode == 0, out.stderr
     records = {r["name"]: r for r in json.loads(out.stdout)}
     assert records["toys"] == {"name": "toys", "distribution": "mixboard-toys", "version": "0.3.0", "status": "ok",
-                               "error": None, "backends": ["toy_attention", "toy_cuda_attention", "toy_short_conv"]}
+                               "error": None, "backends": ["toy_attention", "toy_cuda_attention", "toy_short_conv"],
+                               "kinds": [], "devices": []}
     broken = records["broken"]
     assert broken["status"] == "error" and broken["distribution"] == "broken-vendor"
     assert "vendor_runtime_that_is_missing" in broken["error"]

@@ -38,9 +38,9 @@ def test_vendor_quickstart_from_an_empty_folder(tmp_path):
         return json.loads(out.stdout)
 
     (plugin,) = [p for p in cli("plugins", "--json") if p["status"] != "disabled"]  # first-party ones are disabled
-    assert {k: plugin[k] for k in ("name", "distribution", "version", "status", "error", "backends")} == {
+    assert plugin == {
         "name": "acme", "distribution": "acme-mixboard", "version": "0.1.0", "status": "ok", "error": None,
-        "backends": ["acme_attn", "acme_attn_fused"]}
+        "backends": ["acme_attn", "acme_attn_fused"], "kinds": [], "devices": []}
 
     listed = {b["name"]: b for b in cli("backends", "--kind", "attention", "--device", "cpu", "--json")}
     assert listed["acme_attn"]["available"] and listed["acme_attn"]["priority"] == 5

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from distfactory import write_distribution
 from mixboard_runner.cli import build_parser
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "json.md"
@@ -22,7 +23,7 @@ ENVIRONMENT = "The environment object"
 
 # Each section of the page, and the runs (arguments, expected exit status) that must print exactly its keys.
 RUNS = {
-    "mixboard plugins --json": [(["plugins", "--json"], 0)],
+    "mixboard plugins --json": [(["plugins", "--json"], 0), (["plugins", "--json"], 0, "vendor")],
     "mixboard backends --json": [
         (["backends", "--json"], 0),
         (["backends", "--device", "cuda", "--capability", "9.0", "--dtype", "bfloat16", "--json"], 0),
@@ -48,6 +49,35 @@ RUNS = {
         (["check", "flash_attn", "--case", "ragged_prefill", "--allow-skip", "--json"], 0),
     ],
 }
+# A run marked "vendor" also sees this plugin (beside the first-party ones): it defines a kind and describes
+# a device, which no first-party plugin does, so that `plugins --json` prints its `kinds` and `devices` items.
+VENDOR = """
+from dataclasses import dataclass
+
+from mixboard import Device, Kind, MixerSpec, StateSpec, hookimpl
+from mixboard.kinds import MixerImpl
+
+
+@dataclass(frozen=True)
+class EchoSpec(MixerSpec):
+    width: int = 4
+
+
+class EchoImpl(MixerImpl):
+    def forward(self, x, state, meta):
+        return x.clone()
+
+
+@hookimpl
+def mixboard_kinds():
+    return [Kind("echo", EchoSpec, EchoImpl, lambda spec: StateSpec.slots(h=((spec.width,), spec.dtype)),
+                 "returns its input")]
+
+
+@hookimpl
+def mixboard_devices():
+    return [Device("acme", "Acme NPU through torch_acme (privateuse1)", archs=("acme2", "acme3"), runtime="acmert")]
+"""
 TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "null": (type(None),),
          "list": (list,), "object": (dict,), "scalar": (str, int, float, bool, type(None))}
 
@@ -108,8 +138,17 @@ def _type_ok(value, names: set[str]) -> bool:
     return any(isinstance(value, TYPES[n]) for n in names)
 
 
-def _run(args: list[str], status: int):
+@pytest.fixture(scope="module")
+def vendor_site(tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("vendor")
+    write_distribution(site, "acme-json", "0.1", {"acme_json": "acme_json"}, {"acme_json.py": VENDOR})
+    return site
+
+
+def _run(args: list[str], status: int, site: Path | None = None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")}
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
     out = subprocess.run([sys.executable, "-m", "mixboard_runner", *args], capture_output=True, text=True, env=env)
     assert out.returncode == status, (args, out.returncode, out.stderr[-2000:])
     return json.loads(out.stdout)
@@ -127,18 +166,28 @@ def test_the_page_has_a_section_for_every_command_with_json():
 
 
 @pytest.mark.parametrize("title", list(RUNS))
-def test_the_keys_printed_are_the_keys_documented(title):
+def test_the_keys_printed_are_the_keys_documented(title, vendor_site):
     tables = sections()
     table = documented(tables[title], tables[ENVIRONMENT])
     keys = set(table)
     seen: set[str] = set()
-    for args, status in RUNS[title]:
-        for key, value in produced(_run(args, status), keys):
+    for args, status, *vendor in RUNS[title]:
+        for key, value in produced(_run(args, status, vendor_site if vendor else None), keys):
             assert key in table, f"`mixboard {' '.join(args)}` prints {key!r}, which docs/json.md does not document"
             assert _type_ok(value, table[key][0]), f"{key} is {value!r}; docs/json.md says {table[key][0]}"
             seen.add(key)
     never = {k for k, (_, optional) in table.items() if not optional} - seen
     assert not never, f"docs/json.md documents keys that no run prints: {sorted(never)}"
+
+
+def test_plugins_json_gives_the_kinds_and_devices_a_plugin_adds(vendor_site):
+    records = {r["name"]: r for r in _run(["plugins", "--json"], 0, vendor_site)}
+    assert records["acme_json"] == {
+        "name": "acme_json", "distribution": "acme-json", "version": "0.1", "status": "ok", "error": None,
+        "backends": [], "kinds": ["echo"],
+        "devices": [{"name": "acme", "description": "Acme NPU through torch_acme (privateuse1)",
+                     "archs": ["acme2", "acme3"], "runtime": "acmert"}]}
+    assert records["sdpa"]["kinds"] == [] and records["sdpa"]["devices"] == []  # the built-in kinds are core's
 
 
 def test_an_optional_key_appears_when_its_table_says():

@@ -25,7 +25,7 @@ def test_good_plugin_registers_with_its_distribution(distributions):
     assert (entry.plugin, entry.distribution, entry.version) == ("acme", "acme-mixboard", "2.3.1")
     record = _record(loaded, "acme")
     assert record.to_dict() == {"name": "acme", "distribution": "acme-mixboard", "version": "2.3.1",
-                                "status": "ok", "error": None, "backends": ["good_attn"]}
+                                "status": "ok", "error": None, "backends": ["good_attn"], "kinds": [], "devices": []}
 
 
 def test_import_error_is_isolated(distributions):

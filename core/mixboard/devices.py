@@ -35,6 +35,9 @@ class Device:
     the vendor's module. ``runtime``: the software stack, if worth naming
     (``Environment.runtime``).
 
+    ``to_dict()`` is what ``mixboard plugins --json`` lists under the
+    plugin's ``devices`` (name, description, archs, runtime).
+
     ``detect()`` takes the device as this machine's when torch's privateuse1
     is renamed to ``name`` and, where the extension registered a module
     (``torch._register_device_module``), its ``is_available()`` says so.

@@ -50,7 +50,7 @@ class PluginRecord:
         self.errors: list[str] = []
         self.backends: list[str] = []
         self.kinds: list[str] = []
-        self.devices: list[str] = []
+        self.devices: dict[str, Device] = {}  # by name; iterating gives the names
 
     def fault(self, cause: str) -> None:
         self.status = "error"
@@ -69,6 +69,8 @@ class PluginRecord:
             "status": self.status,
             "error": "; ".join(self.errors) or None,
             "backends": list(self.backends),
+            "kinds": list(self.kinds),
+            "devices": [device.to_dict() for device in self.devices.values()],
         }
 
     def __repr__(self) -> str:
@@ -242,7 +244,7 @@ def _collect_devices(pm, records) -> dict[str, Device]:
             continue
         record, device = offers[0]
         devices[name] = device
-        record.devices.append(name)
+        record.devices[name] = device
     return devices
 
 
