@@ -51,6 +51,14 @@ def mixboard_kinds():
             return [Kind(name="retention", spec=RetentionSpec, impl=RetentionImpl,
                          state_spec=retention_state, description="RetNet retention",
                          conformance="acme_retention.conformance:RETENTION")]
+
+    ``RetentionSpec`` (a frozen ``mixboard.MixerSpec`` dataclass),
+    ``RetentionImpl`` (the impl interface, whose docstring is the forward
+    contract), ``retention_state`` (spec -> ``mixboard.StateSpec``) and the
+    adapter are the plugin's own. docs/conformance.md section 5 ("A kind your
+    plugin defines") writes a complete kind package, ``acme-ema``: the
+    spec, weights, impl interface, state, oracle, conformance adapter, a
+    backend and its tests.
     """
 
 
@@ -77,5 +85,5 @@ def mixboard_devices():
         def _this_machines_arch():
             import torch_acme  # called only where torch has the device
 
-            return torch_acme.get_arch_name(0)
+            return torch_acme.arch_name(0)
     """
