@@ -70,11 +70,11 @@ def _add_common(p) -> None:
 
 
 def explain_dict(plan) -> dict:
+    """The plan as explain and run print it: Plan.to_dict without each
+    layer's spec (a 60-layer model would repeat it 60 times; `select` shows one)."""
     data = plan.to_dict()
-    return {"fingerprint": data["fingerprint"], "environment": data["environment"],
-            "layers": [{k: layer[k] for k in ("name", "kind", "backend", "rule", "preferred_by", "rejected")}
-                       for layer in data["layers"]],
-            "groups": [{k: g[k] for k in ("backend", "kind", "layers", "state")} for g in data["groups"]]}
+    data["layers"] = [{k: v for k, v in layer.items() if k != "spec"} for layer in data["layers"]]
+    return data
 
 
 def print_plan(plan, verbose: bool) -> None:
