@@ -204,3 +204,12 @@ def test_help_of_every_command_with_json_points_to_the_page():
     for name, sub in commands.items():
         if any("--json" in a.option_strings for a in sub._actions):
             assert "docs/json.md" in sub.format_help(), name
+
+
+def test_the_plugins_table_says_what_the_json_says(vendor_site):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(vendor_site), *filter(None, [env.get("PYTHONPATH")])])
+    out = subprocess.run([sys.executable, "-m", "mixboard_runner", "plugins"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "acme_json: defines kind echo" in out.stdout
+    assert "acme_json: describes device acme: Acme NPU through torch_acme (privateuse1)" in out.stdout

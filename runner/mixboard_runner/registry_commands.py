@@ -73,10 +73,11 @@ def cmd_plugins(args) -> int:
     rows = [[r["name"], r["distribution"] or "-", r["version"] or "-", r["status"], ", ".join(r["backends"]) or "-"]
             for r in records]
     print(render(["plugin", "distribution", "version", "status", "backends"], rows))
-    registry = get_registry()
-    for r in registry.plugins:
-        for name in r.devices:
-            print(f"\n{r.name}: describes device {name}: {registry.devices[name].description}")
+    for r in records:
+        for kind in r["kinds"]:
+            print(f"\n{r['name']}: defines kind {kind}")
+        for device in r["devices"]:
+            print(f"\n{r['name']}: describes device {device['name']}: {device['description']}")
     for r in records:
         if r["error"]:
             print(f"\n{r['name']}: {r['error']}")
