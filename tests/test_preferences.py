@@ -76,7 +76,9 @@ def test_forcing_beats_preferring():
     ("attention=ssm", "preference 'attention=ssm' names backend 'ssm', which serves mamba2, not attention"),
     ("mamba2=ssm", "rule 'mamba2=ssm' matches no layer: this model has no mamba2 layers"),
     ("m.9.*=vendor", "rule 'm.9.*=vendor' matches no layer of this model"),
-    ("attention=vendor,attention=vendor", "rule 'attention=vendor' is given twice"),
+    ("attention=vendor,attention=vendor", "preference 'attention=vendor' is given twice"),
+    ("retention=vendor", "preference 'retention=vendor' names unknown kind 'retention'"),
+    ("attention", "bad preference 'attention': write KIND=BACKEND"),
     # a typo after a preference that serves here is still a typo
     ("attention=portable,attention=vendr", "preference 'attention=vendr' names unknown backend 'vendr'"),
     ("attention=portable,m.*=ssm", "rule 'm.*=ssm' prefers backend 'ssm', which serves mamba2"),

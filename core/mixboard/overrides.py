@@ -36,6 +36,7 @@ class Overrides:
         ``repeats`` allows a target named twice (preferences: tried in order)."""
         if not text or not text.strip():
             return cls()
+        what = "preference" if repeats else "backend rule"  # which flag the user should look at
         kind_rules: list[tuple[str, str]] = []
         layer_rules: list[tuple[str, str]] = []
         for part in text.split(","):
@@ -44,18 +45,18 @@ class Overrides:
                 continue
             target, sep, backend = (s.strip() for s in part.partition("="))
             if not sep or not target or not backend:
-                raise UsageError(f"bad backend rule {part!r}: write KIND=BACKEND or LAYER_PATTERN=BACKEND, "
+                raise UsageError(f"bad {what} {part!r}: write KIND=BACKEND or LAYER_PATTERN=BACKEND, "
                                  "for example attention=sdpa or model.layers.3.*=sdpa")
             if not _NAME.fullmatch(backend):
-                raise UsageError(f"bad backend name {backend!r} in rule {part!r}")
+                raise UsageError(f"bad backend name {backend!r} in {what} {part!r}")
             rules = layer_rules if _GLOB.search(target) else kind_rules
             earlier = [b for t, b in rules if t == target]
             if earlier and not repeats:
                 raise UsageError(f"backend rule for {target!r} is given twice ({earlier[0]} and {backend})")
             if backend in earlier:
-                raise UsageError(f"rule {part!r} is given twice")
+                raise UsageError(f"{what} {part!r} is given twice")
             if rules is kind_rules and kinds is not None and target not in kinds:
-                raise UsageError(f"backend rule {part!r} names unknown kind {target!r}; kinds are "
+                raise UsageError(f"{what} {part!r} names unknown kind {target!r}; kinds are "
                                  f"{', '.join(sorted(kinds))} (a layer pattern needs a dot or a glob)")
             rules.append((target, backend))
         return cls(tuple(kind_rules), tuple(layer_rules))
