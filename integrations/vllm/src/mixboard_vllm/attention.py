@@ -1,0 +1,142 @@
+"""vLLM attention backend whose impl runs each layer on the mixboard backend planned for it.
+
+vLLM picks one attention backend class per process (its selector never sees a layer name:
+v1/attention/selector.py), so this one class serves every attention layer and the per-layer
+choice is the plan's, looked up by ``layer.layer_name`` at first forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar
+
+import torch
+from vllm.v1.attention.backend import (
+    AttentionBackend, AttentionCGSupport, AttentionImpl, AttentionMetadataBuilder, AttentionType, MultipleOf,
+)
+from vllm.v1.kv_cache_interface import KVCacheLayout
+
+from . import compat, state
+from .batch import StepMeta, build_step, to_common
+from .errors import StartupError
+from .plan import process_plan
+
+
+class MixboardAttentionBackend(AttentionBackend):
+    forward_includes_kv_cache_update: bool = True  # mixboard's attention kind writes k and v itself
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto"]  # mixboard's pools are in the layer dtype
+
+    @staticmethod
+    def get_name() -> str:
+        return "CPU_ATTN"  # Attention.__init__ does AttentionBackendEnum[get_name()]: the member we override
+
+    @staticmethod
+    def get_impl_cls():
+        return MixboardAttentionImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return MixboardAttentionBuilder
+
+    @staticmethod
+    def get_supported_kernel_block_sizes(kv_cache_spec=None):
+        # chosen in the engine process, which has no plan: the builder checks the plan's block_multiple
+        return [MultipleOf(1)]
+
+    @classmethod
+    def supported_kv_cache_layouts(cls):
+        # LHBNC: the k|v slot axis outside the block axis, so pools are contiguous. Hybrids need a
+        # block-compact layout (v1/attention/backends/utils.py:296): LBHNC, pools strided in dim 0.
+        return (KVCacheLayout.LHBNC, KVCacheLayout.LBHNC)
+
+    @classmethod
+    def customize_spec(cls, spec):
+        # one head slot per canonical pool (k_cache, v_cache), each token [kv_heads, head_size]
+        esize = torch.empty((), dtype=spec.dtype).element_size()
+        return replace(spec, num_head_slots=2, state_content_bytes=spec.num_kv_heads * spec.head_size * esize)
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+
+class MixboardCustomAttentionBackend(MixboardAttentionBackend):
+    """The same, registered as CUSTOM: on CUDA the user selects it (--attention-backend CUSTOM)."""
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+
+class MixboardAttentionBuilder(AttentionMetadataBuilder[StepMeta]):
+    # CUDA graphs: never, until mixboard backends can say they can be captured (docs/vllm.md)
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        compat.decodes_first(self)
+        plan = process_plan(vllm_config)
+        self.groups = sorted({plan.layer(n).group for n in layer_names})
+        self.builders = plan.builders
+        self.block_size = kv_cache_spec.block_size
+        need = plan.plan.block_multiple
+        if self.block_size % need:
+            raise StartupError(f"mixboard-vllm: layers {layer_names[0]}...: vLLM's block size {self.block_size} is not "
+                               f"a multiple of {need}, which the planned attention backends need; pass "
+                               f"block_size={need * max(1, self.block_size // need)} (--block-size)")
+
+    def build(self, common_prefix_len: int, common_attn_metadata, fast_build: bool = False) -> StepMeta:
+        return build_step(to_common(common_attn_metadata, self.block_size, paged=True), self.groups, self.builders)
+
+
+def attention_spec(name: str, layer):
+    """vLLM Attention layer -> mixboard AttentionSpec, per rank (vLLM has already sharded the heads)."""
+    from mixboard import AttentionSpec
+
+    impl = layer.impl
+    if impl.unsupported:
+        raise StartupError(f"mixboard-vllm: layer {name} uses {', '.join(impl.unsupported)}, which mixboard's "
+                           "attention kind does not describe; set MIXBOARD_VLLM=0 to let vLLM run this model")
+    return AttentionSpec(num_heads=impl.num_heads, num_kv_heads=impl.num_kv_heads, head_size=impl.head_size,
+                         scale=impl.scale, causal=True, sliding_window=impl.sliding_window,
+                         logits_soft_cap=impl.logits_soft_cap or None, dtype=str(layer.dtype).removeprefix("torch."))
+
+
+class MixboardAttentionImpl(AttentionImpl):
+    def __init__(self, num_heads, head_size, scale, num_kv_heads=None, alibi_slopes=None, sliding_window=None,
+                 kv_cache_dtype="auto", logits_soft_cap=None, attn_type=AttentionType.DECODER,
+                 kv_sharing_target_layer_name=None, **extra):
+        self.num_heads, self.head_size, self.scale = num_heads, head_size, float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.sliding_window, self.logits_soft_cap = sliding_window, logits_soft_cap
+        self.kv_cache_dtype = kv_cache_dtype
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        # what mixboard's attention kind cannot describe: refused, by layer, when the plan is made
+        self.unsupported = [why for why, present in (
+            ("ALiBi", alibi_slopes is not None), (f"kv_cache_dtype={kv_cache_dtype}", kv_cache_dtype != "auto"),
+            (f"attention type {attn_type}", attn_type != AttentionType.DECODER),
+            ("cross-layer KV sharing", kv_sharing_target_layer_name is not None)) if present]
+        self.unsupported += [key for key, value in extra.items() if value is not None and value is not False]
+        self._bound = None
+        self._pools_key = None
+        self._pools = None
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
+                output_block_scale=None):
+        if attn_metadata is None:  # vLLM's profile run
+            return output
+        bound = self._bound
+        if bound is None:
+            bound = self._bound = process_plan().layer(layer.layer_name)
+        key_ = (kv_cache.data_ptr(), tuple(kv_cache.shape))
+        if key_ != self._pools_key:  # vLLM re-binds caches after profiling: view them again
+            self._pools_key, self._pools = key_, state.paged_pools(kv_cache, bound)
+        T = attn_metadata.common.num_tokens
+        out = bound.impl.forward(query[:T], key[:T], value[:T], self._pools, attn_metadata.metas[bound.group])
+        output[:T].copy_(out.reshape(output[:T].shape))
+        return output

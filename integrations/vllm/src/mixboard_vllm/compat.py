@@ -1,0 +1,111 @@
+"""Every private or version-specific vLLM detail this integration relies on, in one place.
+
+Written against vLLM 0.32 (version.py); paths are relative to site-packages/vllm/. A new vLLM
+minor version means re-reading exactly this file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+ATTENTION_BACKEND = "mixboard_vllm.attention.MixboardAttentionBackend"
+CUSTOM_ATTENTION_BACKEND = "mixboard_vllm.attention.MixboardCustomAttentionBackend"
+
+
+def override_attention_backend() -> None:
+    """CpuPlatform.get_attn_backend_cls returns CPU_ATTN's path whatever was asked
+    (platforms/cpu.py:177), and get_path() honours overrides (registry.py:192): overriding that
+    member is the only way in on CPU. On CUDA the platform honours a selected backend, so CUSTOM
+    is registered too and the user passes --attention-backend CUSTOM."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    register_backend(AttentionBackendEnum.CPU_ATTN, ATTENTION_BACKEND)
+    register_backend(AttentionBackendEnum.CUSTOM, CUSTOM_ATTENTION_BACKEND)
+
+
+def replace_layer(cls: type, vllm_class_name: str) -> None:
+    """PluggableLayer.__new__ looks up op_registry_oot by the *class name* (custom_op.py:46);
+    the replacement subclasses vLLM's class so that Python runs its __init__."""
+    from vllm.model_executor.custom_op import PluggableLayer
+
+    PluggableLayer.register_oot(cls, name=vllm_class_name)
+
+
+def mixer_layers(vllm_config) -> Iterator[tuple[str, Any]]:
+    """(prefix, module) of every token-mixer layer, in construction order. The forward context
+    also holds MoE runners and LoRA layers; mixers are the AttentionLayerBase ones."""
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    for name, layer in vllm_config.compilation_config.static_forward_context.items():
+        if isinstance(layer, AttentionLayerBase):
+            yield name, layer
+
+
+def keep_raw_weights(*modules) -> None:
+    """vLLM CPU repacks linear (and bf16 conv) weights after loading and replaces ``weight`` with
+    an empty tensor (model_executor/layers/utils.py:470-600); mixboard's kinds read them raw."""
+    for module in modules:
+        module._cpu_skip_gemm_dispatch = True
+
+
+def decodes_first(builder) -> None:
+    """Ask vLLM to order each batch decode -> short extend -> long extend -> fresh prefill
+    (v1/attention/backends/utils.py:905): mixboard's decodes-first order. No spec decode."""
+    builder._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
+
+
+def state_slots(cm, kv_cache_spec, vllm_config):
+    """Each request's state slot this step. Mode 'none': its one block; 'align' (prefix caching on
+    hybrids): the block of its last token, which vLLM fills before the step (v1/worker/mamba_utils.py)."""
+    from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor
+
+    mode = vllm_config.cache_config.mamba_cache_mode
+    idx = mamba_get_block_table_tensor(cm.block_table_tensor, cm.seq_lens, kv_cache_spec, mode)
+    return idx[:, 0] if idx.dim() == 2 else idx
+
+
+def step_metadata(prefix: str):
+    """This layer's metadata for the current step, None in vLLM's profile and dummy runs."""
+    from vllm.forward_context import get_forward_context
+
+    raw = get_forward_context().attn_metadata
+    return raw.get(prefix) if isinstance(raw, dict) else None
+
+
+def current_vllm_config():
+    from vllm.config import get_current_vllm_config
+
+    return get_current_vllm_config()
+
+
+def rank_world() -> tuple[int, int]:
+    from vllm.distributed.parallel_state import get_world_group, model_parallel_is_initialized
+
+    if not model_parallel_is_initialized():
+        return 0, 1
+    group = get_world_group()
+    return group.rank_in_group, group.world_size
+
+
+def world_cpu_group():
+    """vLLM's gloo group over every rank of this engine (parallel_state.py:1492)."""
+    from vllm.distributed.parallel_state import get_world_group
+
+    return get_world_group().cpu_group
+
+
+def tp_size(vllm_config) -> int:
+    return vllm_config.parallel_config.tensor_parallel_size
+
+
+def mamba_chunk_size(model_config) -> int:
+    return model_config.get_mamba_chunk_size()
+
+
+def base_mamba_kv_cache_spec(layer, vllm_config):
+    """MambaMixer2's own spec promises in-forward prefill checkpoints for prefix caching
+    (mamba_mixer2.py:1098), which a mixboard kind cannot export; MambaBase's makes the scheduler
+    split prefills at block boundaries instead."""
+    from vllm.model_executor.layers.mamba.abstract import MambaBase
+
+    return MambaBase.get_kv_cache_spec(layer, vllm_config)

@@ -1,0 +1,80 @@
+"""What every taken-over slot-state layer shares: its plan row, the state vLLM allocates for it,
+and its metadata backend. The per-kind files only translate fields, weights and in_proj."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from .. import compat
+from ..errors import StartupError
+from ..plan import process_plan
+
+
+def torch_dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class MixboardLayer:
+    """Mixin placed before vLLM's layer class: vLLM's constructor, parameters, loaders and TP
+    sharding stay; what lies between in_proj and out_proj runs on the planned backend."""
+
+    mixboard_kind: ClassVar[str]
+    _unsupported: list[str]
+
+    def _mixboard_init(self, unsupported: list[str]) -> None:
+        self._vllm_config = compat.current_vllm_config()
+        self._unsupported = unsupported
+        self._bound = None
+        self._weights = None
+
+    def mixboard_spec(self) -> Any:
+        if self._unsupported:
+            raise StartupError(f"mixboard-vllm: layer {self.prefix} uses {', '.join(self._unsupported)}, which "
+                               f"mixboard's {self.mixboard_kind} kind does not describe; set MIXBOARD_VLLM=0 to "
+                               "let vLLM run this model")
+        return self._spec()
+
+    def _mb(self):
+        if self._bound is None:
+            self._bound = process_plan(self._vllm_config).layer(self.prefix)
+        return self._bound
+
+    # vLLM allocates what the planned backend declares; hybrid pages were sized at config time from
+    # vLLM's own shapes (platforms/interface.py:1052), so the bytes must be the same.
+    def get_state_shape(self):
+        bound = self._mb()
+        ours = tuple(tuple(t.shape) for _, t in bound.state_spec.tensors)
+        dtypes = tuple(getattr(torch, t.dtype) for _, t in bound.state_spec.tensors)
+        theirs = sum(_nbytes(s, d) for s, d in zip(super().get_state_shape(), super().get_state_dtype()))
+        if sum(_nbytes(s, d) for s, d in zip(ours, dtypes)) != theirs:
+            raise StartupError(f"mixboard-vllm: layer {self.prefix}: backend {bound.backend}'s state "
+                               f"{list(ours)} differs in size from what vLLM sized its pages for ({theirs} bytes); "
+                               f"choose a backend with the kind's canonical state (MIXBOARD_BACKEND={self.mixboard_kind}=NAME)")
+        return ours
+
+    def get_state_dtype(self):
+        return tuple(getattr(torch, t.dtype) for _, t in self._mb().state_spec.tensors)
+
+    def get_attn_backend(self):
+        from ..slots import MixboardSlotsBackend
+
+        return MixboardSlotsBackend
+
+    def _step(self):
+        """(bound, step metadata, state pools), or None in vLLM's profile and dummy runs."""
+        md = compat.step_metadata(self.prefix)
+        if md is None:
+            return None
+        from ..state import slot_pools
+
+        bound = self._mb()
+        return bound, md, slot_pools(self.kv_cache, bound)
+
+
+def _nbytes(shape, dtype) -> int:
+    n = torch.empty((), dtype=dtype).element_size()
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,56 @@
+"""vLLM's MambaMixer on mixboard's mamba1 kind: in_proj -> (x, z) -> backend -> out_proj.
+vLLM's CPU build has no selective scan (_C.selective_scan_fwd): through this, Mamba1 runs there."""
+
+from __future__ import annotations
+
+import torch
+from vllm.model_executor.layers.mamba.mamba_mixer import MambaMixer
+
+from .. import compat
+from .base import MixboardLayer, torch_dtype_name
+
+
+class MixboardMambaMixer(MixboardLayer, MambaMixer):
+    mixboard_kind = "mamba1"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        compat.keep_raw_weights(self.conv1d, self.x_proj, self.dt_proj)
+        self._mixboard_init([why for why, present in (
+            (f"activation {self.activation}", self.activation != "silu"),
+            ("dt/B/C RMSNorms (Jamba-style)", bool(self.use_rms_norm)),
+            # x_proj is row-parallel: the kind would need an all-reduce inside it
+            ("tensor parallelism", compat.tp_size(compat.current_vllm_config()) > 1),
+            ("LoRA", bool(self.is_lora_enabled)),
+        ) if present])
+
+    def _spec(self):
+        from mixboard import Mamba1Spec
+
+        return Mamba1Spec(d_inner=self.intermediate_size, d_state=self.ssm_state_size, d_conv=self.conv_kernel_size,
+                          dt_rank=self.time_step_rank, conv_bias=self.conv1d.bias is not None,
+                          dtype=torch_dtype_name(self.model_config.dtype))
+
+    def _mixboard_weights(self):
+        if self._weights is None:
+            from mixboard import Mamba1Weights
+
+            w = self.conv1d.weight
+            self._weights = Mamba1Weights(
+                conv_weight=w.view(w.size(0), w.size(2)), conv_bias=self.conv1d.bias,
+                x_proj_weight=self.x_proj.weight, dt_proj_weight=self.dt_proj.weight,
+                dt_proj_bias=self.dt_proj.bias, A=self.A.to(w.dtype), D=self.D)
+        return self._weights
+
+    def forward(self, hidden_states: torch.Tensor, output: torch.Tensor):
+        projected = self.in_proj(hidden_states)[0]
+        DI = projected.shape[-1] // 2
+        step = self._step()
+        if step is None:  # profile run
+            output[:] = self.out_proj(projected[:, :DI])[0]
+            return
+        bound, md, pools = step
+        T = md.common.num_tokens
+        y = bound.impl.forward(projected[:T, :DI], projected[:T, DI:], self._mixboard_weights(), pools,
+                               md.metas[bound.group])
+        output[:T] = self.out_proj(y)[0]

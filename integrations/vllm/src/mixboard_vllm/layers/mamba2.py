@@ -1,0 +1,67 @@
+"""vLLM's MambaMixer2 on mixboard's mamba2 kind: in_proj -> (z, xBC, dt) -> backend -> out_proj."""
+
+from __future__ import annotations
+
+import torch
+from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+
+from .. import compat
+from .base import MixboardLayer, torch_dtype_name
+
+
+class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
+    mixboard_kind = "mamba2"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        compat.keep_raw_weights(self.conv1d)
+        self._mixboard_init([why for why, present in (
+            (f"activation {self.activation}", self.activation != "silu"),
+            ("no gated RMSNorm", not self.use_rms_norm),
+            # vLLM all-reduces the norm's variance across ranks then; the kind's norm is per rank
+            (f"n_groups {self.n_groups} not divisible by tensor parallel size {self.tp_size}",
+             self.n_groups % self.tp_size != 0),
+            ("speculative decoding", bool(self.num_spec) or bool(getattr(self, "use_replayssm", False))),
+        ) if present])
+
+    def _spec(self):
+        from mixboard import Mamba2Spec
+
+        mc = self.model_config
+        return Mamba2Spec(num_heads=self.num_heads // self.tp_size, head_dim=self.head_dim,
+                          d_state=self.ssm_state_size, n_groups=self.n_groups // self.tp_size,
+                          d_conv=self.conv_kernel_size, chunk_size=compat.mamba_chunk_size(mc),
+                          conv_bias=self.conv1d.bias is not None, norm_eps=float(self.norm.variance_epsilon),
+                          dtype=torch_dtype_name(mc.dtype))
+
+    def get_kv_cache_spec(self, vllm_config):
+        return compat.base_mamba_kv_cache_spec(self, vllm_config)
+
+    def _mixboard_weights(self):
+        if self._weights is None:
+            from mixboard import Mamba2Weights
+
+            dt = self.conv_weights.dtype
+            self._weights = Mamba2Weights(conv_weight=self.conv_weights, conv_bias=self.conv1d.bias,
+                                          dt_bias=self.dt_bias, A=self.A.to(dt),  # vLLM keeps A in float32
+                                          D=self.D, norm_weight=self.norm.weight)
+        return self._weights
+
+    def forward(self, hidden_states: torch.Tensor, mup_vector: torch.Tensor | None = None):
+        projected, _ = self.in_proj(hidden_states)
+        if mup_vector is not None:
+            projected = projected * mup_vector
+        DI, CD, H = self.tped_intermediate_size, self.tped_conv_size, self.tped_dt_size
+        step = self._step()
+        if step is None:  # profile run: shapes only
+            y = torch.zeros_like(projected[:, :DI])
+        else:
+            bound, md, pools = step
+            T = md.common.num_tokens
+            p = projected[:T]
+            y = bound.impl.forward(p[:, :DI], p[:, DI:DI + CD], p[:, DI + CD:DI + CD + H], self._mixboard_weights(),
+                                   pools, md.metas[bound.group])
+            if T < projected.shape[0]:  # vLLM's padding rows
+                y = torch.cat([y, y.new_zeros(projected.shape[0] - T, DI)])
+        out, _ = self.out_proj(y)
+        return out

@@ -1,0 +1,46 @@
+"""vLLM's ShortConv (LFM2) on mixboard's short_conv kind: in_proj -> (B, C, x) -> backend -> out_proj."""
+
+from __future__ import annotations
+
+import torch
+from vllm.model_executor.layers.mamba.short_conv import ShortConv
+
+from .. import compat
+from .base import MixboardLayer, torch_dtype_name
+
+
+class MixboardShortConv(MixboardLayer, ShortConv):
+    mixboard_kind = "short_conv"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        compat.keep_raw_weights(self.conv)
+        self._mixboard_init(["speculative decoding"] if self.num_spec else [])
+
+    def _spec(self):
+        from mixboard import ShortConvSpec
+
+        # channel-wise: each rank holds conv_dim / tp channels
+        return ShortConvSpec(hidden_size=self.conv_dim // compat.tp_size(self._vllm_config), conv_width=self.L_cache,
+                             conv_bias=bool(self.bias), dtype=torch_dtype_name(self.model_config.dtype))
+
+    def _mixboard_weights(self):
+        if self._weights is None:
+            from mixboard import ShortConvWeights
+
+            w = self.conv.weight
+            self._weights = ShortConvWeights(conv_weight=w.view(w.size(0), w.size(2)), conv_bias=self.conv.bias)
+        return self._weights
+
+    def forward(self, hidden_states: torch.Tensor, output: torch.Tensor):
+        BCx, _ = self.in_proj(hidden_states)
+        HS = BCx.shape[-1] // 3
+        B, C, x = BCx[:, :HS], BCx[:, HS:2 * HS], BCx[:, 2 * HS:]
+        step = self._step()
+        if step is None:  # profile run
+            output[: hidden_states.shape[0]] = self.out_proj(C * B * x)[0]
+            return
+        bound, md, pools = step
+        T = md.common.num_tokens
+        y = bound.impl.forward(B[:T], C[:T], x[:T], self._mixboard_weights(), pools, md.metas[bound.group])
+        output[:T] = self.out_proj(y)[0]

@@ -1,0 +1,111 @@
+"""The per-process plan: which mixboard backend runs each of the model's mixer layers.
+
+Made once per worker, on first need (the first layer asked for its state shape, or the first
+metadata builder): the model is built by then and every layer is in vLLM's forward context.
+Logged once as a table with its fingerprint; with several ranks the fingerprints must agree.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from . import compat, ranks, state, table
+from .errors import StartupError
+
+_PLAN: "ProcessPlan | None" = None
+
+
+class Bound:
+    """One layer's mixboard side: its plan row, its impl, and its group's index."""
+
+    __slots__ = ("name", "kind", "spec", "backend", "impl", "group", "state_spec")
+
+    def __init__(self, name, kind, spec, backend, impl, group, state_spec):
+        self.name, self.kind, self.spec, self.backend = name, kind, spec, backend
+        self.impl, self.group, self.state_spec = impl, group, state_spec
+
+
+def _layer_spec(name: str, layer) -> tuple[str, Any] | None:
+    """(kind, spec) of a layer mixboard runs; None for one vLLM would run itself."""
+    from .attention import MixboardAttentionImpl, attention_spec
+    from .layers.base import MixboardLayer
+
+    if isinstance(layer, MixboardLayer):
+        return layer.mixboard_kind, layer.mixboard_spec()
+    if isinstance(getattr(layer, "impl", None), MixboardAttentionImpl):
+        return "attention", attention_spec(name, layer)
+    return None
+
+
+class ProcessPlan:
+    def __init__(self, vllm_config):
+        from mixboard import get_registry
+        from mixboard.environment import for_device
+        from mixboard.errors import MixboardError
+
+        from . import strict
+
+        t0 = time.perf_counter()
+        try:
+            registry = get_registry()
+        except MixboardError as exc:  # MIXBOARD_STRICT_PLUGINS with a faulty plugin, among others
+            raise StartupError(f"mixboard-vllm: {exc}") from None
+        if registry.faults and strict():
+            raise StartupError("mixboard-vllm: plugin faults (MIXBOARD_STRICT_PLUGINS is set): "
+                               + "; ".join(registry.faults))
+        self.env = for_device(str(vllm_config.device_config.device))
+        layers, foreign = [], []
+        for name, layer in compat.mixer_layers(vllm_config):
+            found = _layer_spec(name, layer)
+            if found is None:
+                foreign.append(f"{name} ({type(layer).__name__})")
+            else:
+                layers.append((name, *found))
+        if foreign:
+            raise StartupError(
+                f"mixboard-vllm: vLLM would run {len(foreign)} mixer layer(s) itself, not through mixboard: "
+                f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; mixboard has no kind for them, "
+                "or (on CUDA) vLLM was not started with --attention-backend CUSTOM; set MIXBOARD_VLLM=0 "
+                "to let vLLM run the whole model")
+        self.rank, self.world = compat.rank_world()
+        try:
+            self.plan = registry.plan(layers, self.env, os.environ.get("MIXBOARD_BACKEND") or None,
+                                      os.environ.get("MIXBOARD_PREFER") or None)
+        except MixboardError as exc:
+            raise StartupError(f"mixboard-vllm: {exc}") from None
+        state.check_paged_layout(self.plan)
+        state.check_hybrid(self.plan)
+        self.builders: list[Any] = []
+        self.bound: dict[str, Bound] = {}
+        for gid, group in enumerate(self.plan.groups):
+            first = self.plan.layer(group.layers[0])
+            cls = first.selection.chosen.cls
+            self.builders.append(cls.builder(first.spec, self.env))
+            for lname in group.layers:
+                lp = self.plan.layer(lname)
+                self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, cls.make_impl(lp.spec, self.env),
+                                          gid, group.state_spec)
+        from vllm.logger import init_logger
+
+        log = init_logger("vllm.mixboard")
+        log.info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms):\n%s",
+                 self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
+                 len(self.plan.groups), (time.perf_counter() - t0) * 1e3, table.render(self.plan))
+        ranks.check_same_plan(self.rank, self.world, self.plan)
+        if self.world > 1:
+            log.info("mixboard-vllm: all %d ranks share fingerprint %s", self.world, self.plan.fingerprint)
+
+    def layer(self, name: str) -> Bound:
+        try:
+            return self.bound[name]
+        except KeyError:
+            raise StartupError(f"mixboard-vllm: layer {name!r} is not in this process's plan") from None
+
+
+def process_plan(vllm_config=None) -> ProcessPlan:
+    global _PLAN
+    if _PLAN is None:
+        _PLAN = ProcessPlan(vllm_config if vllm_config is not None else compat.current_vllm_config())
+    return _PLAN

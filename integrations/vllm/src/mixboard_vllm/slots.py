@@ -1,0 +1,46 @@
+"""The vLLM metadata backend of slot-state layers (mamba1, mamba2, short_conv): vLLM builds one
+builder per KV cache group, and it gives each request's state slot with the common metadata."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from vllm.v1.attention.backend import AttentionBackend, AttentionCGSupport, AttentionMetadataBuilder
+
+from . import compat
+from .batch import StepMeta, build_step, to_common
+from .plan import process_plan
+
+
+class MixboardSlotsBuilder(AttentionMetadataBuilder[StepMeta]):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        compat.decodes_first(self)
+        plan = process_plan(vllm_config)
+        self.groups = sorted({plan.layer(n).group for n in layer_names})
+        self.builders = plan.builders
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False) -> StepMeta:
+        slots = compat.state_slots(common_attn_metadata, self.kv_cache_spec, self.vllm_config)
+        common = to_common(common_attn_metadata, 1, paged=False, slots=slots)
+        return build_step(common, self.groups, self.builders)
+
+
+class MixboardSlotsBackend(AttentionBackend):
+    @staticmethod
+    def get_name() -> str:
+        return "MAMBA2"  # only shown in vLLM's logs and errors
+
+    @staticmethod
+    def get_impl_cls():
+        raise NotImplementedError("slot-state layers run inside the layer's own forward")
+
+    @staticmethod
+    def get_builder_cls():
+        return MixboardSlotsBuilder
+
+    @classmethod
+    def is_ssm(cls) -> bool:
+        return True
