@@ -56,20 +56,28 @@ class CommonBatchMetadata:
         (they may hold a finished sequence's state).
     state_slots: [num_seqs] on the device. Each sequence's record in the
         'slots' pools (``pool[state_slots[i]]``); distinct within a step.
-        Any slot id may occur, 0 included; ids are not in any order. In a
-        model without 'slots' state they are all 0 and mean nothing.
+        Any slot id may occur, 0 included; ids are not in any order. They
+        hold for this step only: a runner may move a sequence's state to
+        another slot between steps (vLLM does, with prefix caching), so a
+        backend reads them every step and never keeps one from an earlier
+        step. In a model without 'slots' state they are all 0 and mean
+        nothing.
     block_table: [num_seqs, max_blocks] on the device. Row ``i`` lists the
         blocks of sequence ``i`` in the 'paged' pools, in position order:
         position ``p`` lives in block ``block_table[i, p // block_size]`` at
         offset ``p % block_size``. Only the first ``ceil(seq_lens[i] /
         block_size)`` entries are the sequence's; the rest of the row is
-        padding, filled with 0, which is a real block id (possibly another
-        sequence's): never read through padding unmasked, never write
-        through it. In a model without 'paged' state: zeros [num_seqs, 1].
+        padding, which may hold any real block id (``build`` writes 0; an
+        engine may leave other ids there, another sequence's blocks
+        included): never read through padding unmasked, never write
+        through it. Like slots, block ids hold for this step only. In a
+        model without 'paged' state: zeros [num_seqs, 1].
     slot_mapping: int64 [num_tokens] on the device. For each row, where its
         token goes in the 'paged' pools, as ``block * block_size + offset``
-        (a row of the pool seen as ``[num_blocks * block_size, ...]``).
-        Empty in a model without 'paged' state.
+        (block ``slot_mapping[r] // block_size``, offset ``slot_mapping[r] %
+        block_size``; a row of the pool seen as ``[num_blocks * block_size,
+        ...]`` only where its blocks lie back to back, which is not
+        promised). Empty in a model without 'paged' state.
     query_start_loc_cpu, seq_lens_cpu, context_lens_cpu, state_slots_cpu,
     block_table_cpu: host (CPU) copies of the same values, so that a
         builder can plan without waiting for the device. On a CPU run a
@@ -133,12 +141,15 @@ class CommonBatchMetadata:
         block_tables: Sequence[Sequence[int]],
         block_size: int,
         device: str | torch.device = "cpu",
+        pad_block: int = 0,
     ) -> "CommonBatchMetadata":
         """Metadata for one step from plain lists (used by the runner, tests and the kit).
 
         ``block_tables[i]`` lists the blocks of sequence ``i`` in order; it must
         cover ``context_lens[i] + query_lens[i]`` tokens. When every table is
         empty (a model with no paged state) ``slot_mapping`` is empty.
+        ``pad_block``: the block id that pads shorter rows of the table (the
+        kit pads with a real block other than 0 in one case, as an engine may).
         """
         n = len(query_lens)
         if not (len(context_lens) == len(state_slots) == len(block_tables) == n):
@@ -162,7 +173,7 @@ class CommonBatchMetadata:
             used_blocks.extend(blocks[: -(-s // block_size)])
             slot_mapping.extend(blocks[p // block_size] * block_size + p % block_size for p in range(c, s))
         # one tensor from padded lists, not a tensor and a copy per sequence (~175 -> ~75 us a 16-sequence step)
-        table = (torch.tensor([list(t) + [0] * (max_blocks - len(t)) for t in block_tables], dtype=torch.int32)
+        table = (torch.tensor([list(t) + [pad_block] * (max_blocks - len(t)) for t in block_tables], dtype=torch.int32)
                  if paged else torch.zeros((n, max_blocks), dtype=torch.int32))
         qsl = torch.tensor([0, *accumulate(query_lens)], dtype=torch.int32)
         seq_cpu = torch.tensor(seq_lens, dtype=torch.int32)

@@ -5,11 +5,25 @@ Two layouts cover every kind:
 
 * ``paged``: a record per *token*, stored in blocks of ``block_size`` tokens;
   a block table per sequence says which blocks it owns. A pool tensor named
-  ``n`` with per-token shape ``s`` is allocated as ``[num_blocks, block_size, *s]``.
+  ``n`` with per-token shape ``s`` is ``[num_blocks, block_size, *s]``.
   Attention's K/V cache is paged.
 * ``slots``: one fixed-size record per *sequence*. A pool tensor with
-  per-sequence shape ``s`` is allocated as ``[num_slots, *s]``. Conv and SSM
+  per-sequence shape ``s`` is ``[num_slots, *s]``. Conv and SSM
   states live in slots.
+
+A pool is ``[num_records, ...]``, where a record is a block of a paged pool
+or a slot of a slots pool. Each record is contiguous. Records are
+``stride(0)`` elements apart: at least a record's size, possibly more (any
+number of elements). An engine that lays a layer's pools in one page per
+record hands out such views: vLLM's hybrid cache keeps an attention layer's
+K and V blocks, or a mamba layer's conv and SSM states, as slices of one
+page, padded to the largest layer's page. What lies between records is not
+the pool's. A backend must never write it, nor rely on what it holds. It
+addresses record ``i`` at ``i * stride(0)``, never through a flat view of
+the pool (``mixboard.ops.checks.record_stride`` gives the stride, or None
+for a pool that breaks these rules). mixboard's runner allocates contiguous
+pools (records back to back); the kit's case ``strided_pools`` lays records
+in larger pages and checks the bytes between them.
 
 Example: ``StateSpec.slots(conv=((256, 3), "float32"))`` is a conv state of
 256 channels and width-1 = 3 columns per sequence.

@@ -57,9 +57,10 @@ class AttentionSpec(MixerSpec):
 class AttentionImpl(MixerImpl):
     """The impl interface of kind ``attention``: ``forward(q, k, v, state, meta)``.
 
-    The rules every kind shares (lifecycle, strides, what may change) are
-    ``help(mixboard.kinds.MixerImpl)``; the step's rows, positions,
-    slots and block table are ``help(mixboard.CommonBatchMetadata)``.
+    The rules every kind shares (lifecycle, strides of inputs and pools,
+    what may change) are ``help(mixboard.kinds.MixerImpl)``; the step's
+    rows, positions, slots and block table are
+    ``help(mixboard.CommonBatchMetadata)``.
     H = num_heads, KVH = num_kv_heads, D = head_size, T = num_tokens.
 
     q: [T, H, D]. The step's queries, after projection and rotary embedding.
@@ -67,14 +68,19 @@ class AttentionImpl(MixerImpl):
     state (canonical, 'paged'): ``k_cache`` and ``v_cache``, each
         [num_blocks, block_size, KVH, D] in the layer's dtype. Position p of
         sequence i is at ``[block_table[i, p // block_size], p % block_size]``.
+        Each block is contiguous; blocks are ``stride(0)`` apart, which may
+        exceed a block (both pools may be slices of one page per block).
     meta: the builder's output for the step.
     Returns: [T, H, D], the attention output before ``o_proj``.
 
     What it computes. First this step's k, v are stored in the cache: row r
-    at flat token slot ``slot_mapping[r]`` of the pools seen as
-    [num_blocks * block_size, KVH, D]. (Earlier positions of a sequence are
-    already there from earlier steps; a sequence's positions below
-    ``context_lens[i]`` must not be rewritten.) Then each new token attends
+    in block ``slot_mapping[r] // block_size`` at offset
+    ``slot_mapping[r] % block_size`` (``mixboard.ops.paged.write_kv`` does
+    it for any pools the contract allows; a flat view of a pool, as
+    [num_blocks * block_size, KVH, D], exists only where its blocks lie back
+    to back). (Earlier positions of a sequence are already there from earlier
+    steps; a sequence's positions below ``context_lens[i]`` must not be
+    rewritten.) Then each new token attends
     over the keys of its own sequence. Row r, new token j of sequence i,
     sits at position p = context_lens[i] + j and sees:
 

@@ -121,10 +121,16 @@ class MixerImpl(ABC):
         backend's ``state_spec(spec)`` declares (the kind's canonical layout
         unless the backend overrides it): a 'slots' tensor of per-sequence
         shape s is ``[num_slots, *s]``, a 'paged' tensor of per-token shape s
-        is ``[num_blocks, block_size, *s]``; contiguous, in the declared
-        dtype, on the inputs' device. Pools are never cleared between
-        sequences (the runner zeroes them once, the kit fills them with a
-        poison value): a record may hold anything when its sequence starts.
+        is ``[num_blocks, block_size, *s]``; in the declared dtype, on the
+        inputs' device. Each record (a slot, or a block) is contiguous;
+        records are ``stride(0)`` elements apart, which is at least a
+        record's size and may be more: an engine's hybrid cache lays each
+        record in a larger page (``help(mixboard.state)``). The memory
+        between records is not the pool's: never write it, never view the
+        pool as flat; address record i at ``i * pool.stride(0)``. Pools are
+        never cleared between sequences (the runner zeroes them once, the
+        kit fills them with a poison value): a record may hold anything when
+        its sequence starts.
     meta: whatever the backend's builder returned for this step (by
         default the ``CommonBatchMetadata`` itself).
 
@@ -134,14 +140,18 @@ class MixerImpl(ABC):
     Any strides; contiguous is cheapest for the caller.
 
     May change: the pools' records that the step's sequences own, and
-    nothing else. A sequence owns slot ``state_slots[i]`` in 'slots' pools
-    and blocks ``block_table[i, :ceil(seq_lens[i] / block_size)]`` in
-    'paged' pools. After the step, a sequence's records must hold what the
-    next step needs to continue it (all ``seq_lens[i]`` tokens seen). A
-    sequence with ``context_lens == 0`` starts from zero state whatever its
-    records hold. Records of sequences not in the step (parked, finished,
-    free) must stay bit for bit unchanged, and so must slot/block ids
-    reached only through padding.
+    nothing else (not the memory between records). A sequence owns slot
+    ``state_slots[i]`` in 'slots' pools and blocks
+    ``block_table[i, :ceil(seq_lens[i] / block_size)]`` in 'paged' pools.
+    After the step, a sequence's records must hold what the next step needs
+    to continue it (all ``seq_lens[i]`` tokens seen). A sequence with
+    ``context_lens == 0`` starts from zero state whatever its records hold.
+    Records of sequences not in the step (parked, finished, free) must stay
+    bit for bit unchanged, and so must slot/block ids reached only through
+    padding. Slot and block ids hold for one step: a runner may move a
+    sequence's state to another slot between steps (vLLM does, with prefix
+    caching), so read them from each step's metadata and never keep them
+    from an earlier step.
 
     Must not change: the inputs (nor the rest of a buffer they are views
     of), the weights, the ``CommonBatchMetadata`` (every field, host copies

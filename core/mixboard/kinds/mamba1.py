@@ -60,10 +60,11 @@ class Mamba1Weights(Record):
 class Mamba1Impl(MixerImpl):
     """The impl interface of kind ``mamba1``: ``forward(x, z, weights, state, meta)``.
 
-    The rules every kind shares (lifecycle, strides, what may change) are
-    ``help(mixboard.kinds.MixerImpl)``; the step's rows, slots and fresh
-    sequences are ``help(mixboard.CommonBatchMetadata)``. DI = d_inner,
-    N = d_state, R = dt_rank, W = d_conv, T = num_tokens.
+    The rules every kind shares (lifecycle, strides of inputs and pools,
+    what may change) are ``help(mixboard.kinds.MixerImpl)``; the step's
+    rows, slots and fresh sequences are
+    ``help(mixboard.CommonBatchMetadata)``. DI = d_inner, N = d_state,
+    R = dt_rank, W = d_conv, T = num_tokens.
 
     x: [T, DI]. The first half of in_proj's output (the conv's input).
     z: [T, DI]. The second half (the gate).
@@ -76,7 +77,8 @@ class Mamba1Impl(MixerImpl):
         inputs (raw x, before the conv), oldest first: column -1 is the
         newest; a sequence that has seen fewer keeps zeros in the oldest.
         ``ssm`` [num_slots, DI, N]: the scan state h after the sequence's
-        last token.
+        last token. In both pools each slot's record is contiguous; slots
+        are ``stride(0)`` apart, which may exceed a record.
     meta: the builder's output for the step.
     Returns: y [T, DI], before ``out_proj``.
 

@@ -80,10 +80,11 @@ class Mamba2Weights(Record):
 class Mamba2Impl(MixerImpl):
     """The impl interface of kind ``mamba2``: ``forward(z, xBC, dt, weights, state, meta)``.
 
-    The rules every kind shares (lifecycle, strides, what may change) are
-    ``help(mixboard.kinds.MixerImpl)``; the step's rows, slots and fresh
-    sequences are ``help(mixboard.CommonBatchMetadata)``. H = num_heads,
-    P = head_dim, N = d_state, G = n_groups, W = d_conv, DI = d_inner = H * P,
+    The rules every kind shares (lifecycle, strides of inputs and pools,
+    what may change) are ``help(mixboard.kinds.MixerImpl)``; the step's
+    rows, slots and fresh sequences are
+    ``help(mixboard.CommonBatchMetadata)``. H = num_heads, P = head_dim,
+    N = d_state, G = n_groups, W = d_conv, DI = d_inner = H * P,
     CD = conv_dim = DI + 2 * G * N, T = num_tokens.
 
     z: [T, DI]. The gate, from in_proj.
@@ -99,6 +100,8 @@ class Mamba2Impl(MixerImpl):
         inputs (raw xBC, before the conv), oldest first: column -1 is the
         newest; a sequence that has seen fewer keeps zeros in the oldest.
         ``ssm`` [num_slots, H, P, N]: the state S after the last token.
+        In both pools each slot's record is contiguous; slots are
+        ``stride(0)`` apart, which may exceed a record.
     meta: the builder's output for the step.
     Returns: y [T, DI], before ``out_proj``, in the dtype of xBC.
 

@@ -47,9 +47,10 @@ class ShortConvWeights(Record):
 class ShortConvImpl(MixerImpl):
     """The impl interface of kind ``short_conv``: ``forward(B, C, x, weights, state, meta)``.
 
-    The rules every kind shares (lifecycle, strides, what may change) are
-    ``help(mixboard.kinds.MixerImpl)``; the step's rows, slots and fresh
-    sequences are ``help(mixboard.CommonBatchMetadata)``. HS = hidden_size,
+    The rules every kind shares (lifecycle, strides of inputs and pools,
+    what may change) are ``help(mixboard.kinds.MixerImpl)``; the step's
+    rows, slots and fresh sequences are
+    ``help(mixboard.CommonBatchMetadata)``. HS = hidden_size,
     W = conv_width, T = num_tokens.
 
     B, C, x: [T, HS] each. The three thirds of in_proj's output, in that
@@ -60,6 +61,8 @@ class ShortConvImpl(MixerImpl):
         ``conv`` [num_slots, HS, W - 1]: the sequence's last W - 1 conv
         inputs, which are ``B * x`` (not x), oldest first: column -1 is the
         newest; a sequence that has seen fewer keeps zeros in the oldest.
+        Each slot's record is contiguous; slots are ``stride(0)`` apart,
+        which may exceed a record.
     meta: the builder's output for the step.
     Returns: y [T, HS], before ``out_proj``, in the dtype of x.
 

@@ -39,6 +39,50 @@ def expect(layer: str, what: str, tensor: Any, shape: Sequence[int | None], dtyp
             raise BackendInputError(f"{layer}: {what} must be on {device}, got {tensor.device}")
 
 
+def record_stride(pool: torch.Tensor) -> int | None:
+    """Elements from one record of ``pool`` (``[num_records, ...]``) to the
+    next, when the pool keeps the state contract: each record contiguous, and
+    ``stride(0)`` at least the record's size (records may sit in larger
+    pages, apart by padding that is not the pool's). None otherwise.
+
+    A C kernel addresses record ``i`` at ``data_ptr + i * record_stride``,
+    never at ``i * record_size``. Contiguous pools, the common case, cost one
+    call here (every layer runs this on every step). A pool of one record
+    gets the record's size: torch reports any stride(0) for a dimension of 1."""
+    if pool.dim() == 0:
+        return None
+    if pool.shape[0] > 1 and pool.is_contiguous():
+        return pool.stride(0)
+    size = 1
+    for n, step in zip(reversed(pool.shape[1:]), reversed(pool.stride()[1:])):
+        if n != 1 and step != size:  # a record's own elements are not back to back
+            return None
+        size *= n
+    if pool.shape[0] <= 1:
+        return size
+    return pool.stride(0) if pool.stride(0) >= size else None  # less: records would overlap
+
+
+def expect_pool(layer: str, what: str, pool: torch.Tensor) -> int:
+    """Raise BackendInputError unless ``pool`` keeps the state contract (see
+    ``record_stride``); return its record stride in elements."""
+    stride = record_stride(pool)
+    if stride is None:
+        record = list(pool.shape[1:])
+        raise BackendInputError(f"{layer}: {what} must be [num_records, {', '.join(map(str, record))}] with each "
+                                f"record contiguous and "
+                                f"records at least one record apart (stride(0) >= {_numel(record)}), got strides "
+                                f"{list(pool.stride())}")
+    return stride
+
+
+def _numel(shape) -> int:
+    size = 1
+    for n in shape:
+        size *= n
+    return size
+
+
 def expect_state(layer: str, state: Any, names: Sequence[str]) -> None:
     missing = [n for n in names if n not in state]
     if missing:

@@ -8,7 +8,7 @@ import torch
 
 from ..dtypes import torch_dtype
 from ..kinds.attention import AttentionSpec
-from .checks import BackendInputError, expect, expect_state
+from .checks import BackendInputError, expect, expect_pool, expect_state
 
 
 def check_paged_inputs(layer: str, spec: AttentionSpec, q: Any, k: Any, v: Any, state: Mapping[str, Any],
@@ -26,9 +26,8 @@ def check_paged_inputs(layer: str, spec: AttentionSpec, q: Any, k: Any, v: Any, 
     k_cache, v_cache = state["k_cache"], state["v_cache"]
     expect(layer, "state['k_cache']", k_cache, (None, block_size, KVH, D), dtype, device)
     expect(layer, "state['v_cache']", v_cache, (k_cache.shape[0], block_size, KVH, D), dtype, device)
-    for name, pool in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if not pool.is_contiguous():  # written through a flat view
-            raise BackendInputError(f"{layer}: state[{name!r}] must be contiguous, got strides {list(pool.stride())}")
+    expect_pool(layer, "state['k_cache']", k_cache)  # blocks may sit in larger pages (an engine's hybrid cache)
+    expect_pool(layer, "state['v_cache']", v_cache)
     lo, hi = block_range
     if lo < 0 or hi >= k_cache.shape[0]:
         raise BackendInputError(f"{layer}: the step's block table or slot mapping uses blocks {lo}..{hi}, "
@@ -37,8 +36,20 @@ def check_paged_inputs(layer: str, spec: AttentionSpec, q: Any, k: Any, v: Any, 
 
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor, k: torch.Tensor,
-             v: torch.Tensor) -> None:
-    """Store this step's k, v ([T, kv_heads, D]) at their flat token slots."""
-    kvh, d = k.shape[1], k.shape[2]
-    k_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, kvh, d).index_copy_(0, slot_mapping, v)
+             v: torch.Tensor, where: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    """Store this step's k, v ([T, kv_heads, D]) at their token slots
+    (``block * block_size + offset``). ``where``: ``token_blocks(slot_mapping,
+    block_size)`` when the caller keeps it for the step; needed only for
+    pools whose blocks are apart (made here otherwise)."""
+    for pool, new in ((k_cache, k), (v_cache, v)):
+        if pool.is_contiguous():  # blocks back to back: one flat index over tokens
+            pool.view(-1, *new.shape[1:]).index_copy_(0, slot_mapping, new)
+        else:  # blocks apart: a flat view would write into what lies between them
+            if where is None:
+                where = token_blocks(slot_mapping, pool.shape[1])
+            pool.index_put_(where, new)
+
+
+def token_blocks(slot_mapping: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block, offset) of each token slot: how a pool whose blocks are apart is indexed."""
+    return torch.div(slot_mapping, block_size, rounding_mode="floor"), slot_mapping.remainder(block_size)
