@@ -305,6 +305,9 @@ def test_bad_inputs_name_the_layer_what_was_expected_and_what_arrived():
     assert "state is missing v_cache (has k_cache)" in _bad(lambda a: a["state"].pop("v_cache"))
     assert "state['k_cache'] must have shape [*, 4, 2, 16], got [3, 4, 1, 16]" in _bad(
         lambda a: a["state"].update(k_cache=a["state"]["k_cache"][:, :, :1].contiguous()))
+    assert ("state['v_cache'] must be [num_records, 4, 2, 16] with each record contiguous and records at least one "
+            "record apart (stride(0) >= 128), got strides [128, 32, 1, 2]") in _bad(
+        lambda a: a["state"].update(v_cache=a["state"]["v_cache"].transpose(2, 3).contiguous().transpose(2, 3)))
     assert "state['v_cache'] must be torch.float32, got torch.float16" in _bad(
         lambda a: a["state"].update(v_cache=a["state"]["v_cache"].half()))
     assert "uses blocks 0..2, but state['k_cache'] has blocks 0..1" in _bad(

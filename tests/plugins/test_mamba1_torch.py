@@ -252,6 +252,9 @@ def _weights_with(**changes):
      r"state 'conv' must have shape \[\*, 24, 3\], got \[4, 24, 4\]"),
     (dict(state={"conv": torch.zeros(4, 24, 3), "ssm": torch.zeros(4, 24, 5, dtype=torch.bfloat16)}),
      "state 'ssm' must be torch.float32, got torch.bfloat16"),
+    (dict(state={"conv": torch.zeros(4, 3, 24).transpose(1, 2), "ssm": torch.zeros(4, 24, 5)}),
+     r"state 'conv' must be \[num_records, 24, 3\] with each record contiguous and records at least one "
+     r"record apart \(stride\(0\) >= 72\), got strides \[72, 1, 24\]"),
     (dict(meta=step([1, 5], [3, 0], [1, 4])), r"state slot \[1, 4\] out of range: the pool has 4 slots"),
     (dict(meta=step([1, 5], [3, 0], [2, 2])), r"every sequence of a step needs its own state slot; slot 2 is given twice in \[2, 2\]"),
     (dict(meta="a dict"), "meta must be what the backend's builder returns"),

@@ -308,6 +308,9 @@ def _bad_cases(spec: Mamba2Spec):
         "too few tokens": (case(z=good.z[:4], xBC=good.xBC[:4], dt=good.dt[:4]), r"xBC must have shape \[5, "),
         "missing pool": (case(st={"conv": state["conv"]}), "state is missing ssm"),
         "pool shape": (case(st={**state, "ssm": state["ssm"][:, :, :, :-1]}), r"state\['ssm'\] must have shape"),
+        # records may sit apart in larger pages, but each must be contiguous
+        "pool record layout": (case(st={**state, "ssm": state["ssm"].transpose(2, 3).contiguous().transpose(2, 3)}),
+                               r"state\['ssm'\] must be \[num_records, 4, 8, 16\] with each record contiguous"),
         "slot out of range": (case(slots=(0, 4)), r"state slot \[0, 4\] out of range: the pool has 4 slots"),
         "shared slot": (case(slots=(2, 2)), "state slot 2 is given to two sequences"),
         "weight shape": (case(w=weights.replace(D=weights.D[:-1])),
@@ -338,3 +341,30 @@ def test_meta_of_another_kind_is_refused_with_the_layer_name():
     with pytest.raises(BackendInputError, match="planned for conv width 3, the layer's d_conv is 4"):
         run.impl.forward(inputs.z, inputs.xBC, inputs.dt, weights, fresh_state(spec),
                          other.build(meta_for([3], [0], [0])))
+
+
+# --------------------------------------------------------------------------- records apart in larger pages
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("slot_range", [(1, 4), None])
+def test_the_decode_update_on_records_apart_equals_it_on_a_contiguous_pool(groups, slot_range):
+    """One group: consecutive records are updated in place in their pages; several: gathered and scattered (a
+    slice of records apart cannot fold sequences into groups). Either way nothing between records is written."""
+    from mixboard_mamba2.ssd import ssd_decode
+
+    torch.manual_seed(groups)
+    n, H, P, N, S = 3, 4, 8, 16, 6
+    record = H * P * N
+    buffer = torch.full((S, record + 40), -7.0)
+    pool = buffer[:, 24:24 + record].view(S, H, P, N)
+    pool.copy_(torch.randn(S, H, P, N))
+    flat = pool.clone()
+    slots = torch.tensor([1, 2, 3])
+    x, dt = torch.randn(n, H, P), torch.rand(n, H)
+    A, B, C = -torch.rand(H), torch.randn(n, groups, N), torch.randn(n, groups, N)
+    got = ssd_decode(pool, slots, slot_range, x, dt, A, B, C)
+    want = ssd_decode(flat, slots, slot_range, x, dt, A, B, C)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(pool, flat)
+    assert bool((buffer[:, :24] == -7.0).all() and (buffer[:, 24 + record:] == -7.0).all())

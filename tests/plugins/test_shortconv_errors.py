@@ -60,6 +60,9 @@ def test_good_call_runs():
     (dict(state={"conv": torch.zeros(4, 16, 3)}), "state['conv'] must have shape [*, 16, 2], got [4, 16, 3]"),
     (dict(state={"conv": torch.zeros(4, 16, 2, dtype=torch.float16)}),
      "state['conv'] must be torch.float32, got torch.float16"),
+    (dict(state={"conv": torch.zeros(16, 2).expand(4, 16, 2)}),  # every slot the same memory
+     "state['conv'] must be [num_records, 16, 2] with each record contiguous and records at least one record "
+     "apart (stride(0) >= 32), got strides [0, 2, 1]"),
     (dict(meta=CommonBatchMetadata.build([1, 4], [3, 0], [0, 7], [[0], [1]], 64)),
      "state slot [0, 7] out of range: the pool has 4 slots"),
     (dict(meta=CommonBatchMetadata.build([1, 4], [3, 0], [2, 2], [[0], [1]], 64)),

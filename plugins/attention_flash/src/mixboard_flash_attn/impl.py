@@ -2,7 +2,11 @@
 one flash_attn_varlen_func call for all sequences, prefills and decodes alike.
 
 flash-attn 2 has no helper that writes a ragged step into a paged cache
-(vLLM ships its own kernel for that), so the write is one index_copy_ per pool.
+(vLLM ships its own kernel for that), so the write is one index_copy_ per pool
+(an index_put_ by block and offset where the pools' blocks sit in larger
+pages). The paged kernel itself reads each pool's block stride
+(``k_batch_stride = k.stride(0)`` in flash-attn's mha_varlen_fwd), so such
+pools go to it as they are, with no copy.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ class FlashAttentionImpl(AttentionImpl):
             raise BackendInputError(f"{self.layer_name}: meta must be the step's CommonBatchMetadata or what the "
                                     f"flash_attn builder made of it, got {type(meta).__name__}")
         k_cache, v_cache = check_inputs(self.layer_name, self.spec, q, k, v, state, meta)
-        write_kv(k_cache, v_cache, meta.slot_mapping, k, v)
+        where = None if k_cache.is_contiguous() and v_cache.is_contiguous() else meta.token_blocks()
+        write_kv(k_cache, v_cache, meta.slot_mapping, k, v, where)
         return self.varlen(
             q, k_cache, v_cache,
             cu_seqlens_q=meta.cu_seqlens_q,

@@ -9,13 +9,14 @@ seqlen_k - seqlen_q + i), which is exactly a prefill continuing its context.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.checks import BackendInputError
+from mixboard.ops.paged import token_blocks
 
 from .backend import PAGE_MULTIPLE
 
@@ -32,6 +33,14 @@ class FlashMeta:
     max_seqlen_k: int
     block_table: torch.Tensor  # int32 [N, max_blocks], contiguous
     block_range: tuple[int, int]  # smallest and largest block id the step reads or writes
+    _token_blocks: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+
+    def token_blocks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(block, offset) of each new token's slot, for pools whose blocks sit apart: made on first use,
+        then shared by every layer of the group this step (two small kernels, not two per layer)."""
+        if self._token_blocks is None:
+            self._token_blocks = token_blocks(self.slot_mapping, self.block_size)
+        return self._token_blocks
 
 
 def build_meta(common: CommonBatchMetadata) -> FlashMeta:

@@ -1,8 +1,11 @@
 /* Decode attention that reads the paged K/V cache in place (backend ``sdpa_cpu``).
  *
  * For each query row and each query head: softmax(scale * q . k) v over
- * the keys its row sees, which sit in cache blocks [num_blocks, block_size,
- * kv_heads, head_size] named by its sequence's row of the block table. A
+ * the keys its row sees, which sit in cache blocks [block_size, kv_heads,
+ * head_size] named by its sequence's row of the block table. Each block is
+ * contiguous; blocks are k_block (v_block) floats apart, which may be more
+ * than a block: an engine's hybrid cache lays a layer's K and V blocks in
+ * larger pages, and the rest of a page is not ours to read or write. A
  * decode is one row seeing its whole sequence; a prefill's token at
  * position t is one row seeing keys 0..t (its own just written), so causal
  * prefills, with or without context, take the same path. The portable ``sdpa`` first gathers every block into a
@@ -50,7 +53,8 @@
 typedef struct {
     const float *q;         /* [n, heads, D], rows q_stride apart */
     long q_stride, heads, kv_heads, D;
-    const float *k, *v;     /* [blocks, block_size, kv_heads, D] */
+    const float *k, *v;     /* blocks of [block_size, kv_heads, D], each contiguous */
+    long k_block, v_block;  /* floats from one block to the next (>= block_size * kv_heads * D) */
     long block_size;
     const int32_t *table;   /* [sequences, table_stride] */
     long table_stride;
@@ -153,8 +157,8 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
         const long count = len - j0 < KEYS ? len - j0 : KEYS;
         for (long t = 0; t < count;) {  /* scores, a block run at a time: one table lookup per block */
             const long j = j0 + t, off = j % bs, run = bs - off < count - t ? bs - off : count - t;
-            const long at = (table[j / bs] * bs + off) * row + h0 * D;
-            const float *key = p->k + at, *value = p->v + at;
+            const long block = table[j / bs], at = off * row + h0 * D;
+            const float *key = p->k + block * p->k_block + at, *value = p->v + block * p->v_block + at;
             for (long u = 0; u < run; u++, t++, key += row, value += row) {
                 values[t] = value;
                 for (long d = 0; d < H * D; d += LANES) __builtin_prefetch(value + d);  /* read next */
@@ -200,7 +204,7 @@ static inline __attribute__((always_inline)) void lay_keys(const problem *p, con
     for (long j = 0; j < padded; j++) {
         float *dst = kp + j / LANES * D * LANES + j % LANES;
         if (j < len) {
-            const float *key = p->k + (table[j / bs] * bs + j % bs) * row + h * D;
+            const float *key = p->k + table[j / bs] * p->k_block + (j % bs) * row + h * D;
             for (long d = 0; d < D; d++) dst[d * LANES] = key[d];
         } else {
             for (long d = 0; d < D; d++) dst[d * LANES] = 0.0f;
@@ -248,7 +252,7 @@ static inline __attribute__((always_inline)) void attend_run(const problem *p, l
             }
             for (long t = 0; t < count; t++) {
                 const long j = j0 + t;
-                values[t] = p->v + (table[j / bs] * bs + j % bs) * row + h * D;
+                values[t] = p->v + table[j / bs] * p->v_block + (j % bs) * row + h * D;
             }
             for (long c = 0; c < QT; c++)  /* every row sees key 0, so m is finite after the first chunk */
                 rescale[c] = softmax_chunk(s[c], padded, &m[c], &l[c]);
@@ -378,30 +382,37 @@ static int attend_all(const problem *p, long n) {
     return 0;
 }
 
-/* decode(q, q_stride, n, heads, kv_heads, D, k, v, block_size, table, table_stride, seq_lens, out, out_stride,
- *        scale, window, cap, rows): addresses as ints (tensor.data_ptr(); rows 0 for none); the impl has
- *        checked shapes, strides and block ids (mixboard.ops.paged.check_paged_inputs) before it calls. */
+/* decode(q, q_stride, n, heads, kv_heads, D, k, k_block, v, v_block, block_size, table, table_stride, seq_lens,
+ *        out, out_stride, scale, window, cap, rows): addresses as ints (tensor.data_ptr(); rows 0 for none),
+ *        k_block and v_block the pools' stride(0); the impl has checked shapes, strides and block ids
+ *        (mixboard.ops.paged.check_paged_inputs) before it calls. */
 static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 18) {
-        PyErr_SetString(PyExc_TypeError, "decode() takes 18 arguments");
+    if (nargs != 20) {
+        PyErr_SetString(PyExc_TypeError, "decode() takes 20 arguments");
         return NULL;
     }
-    long long v[16];
-    int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 17};
-    for (int i = 0; i < 16; i++) {
+    long long v[18];
+    int ints[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 19};
+    for (int i = 0; i < 18; i++) {
         v[i] = PyLong_AsLongLong(args[ints[i]]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
-    double scale = PyFloat_AsDouble(args[14]), cap = PyFloat_AsDouble(args[16]);
+    double scale = PyFloat_AsDouble(args[16]), cap = PyFloat_AsDouble(args[18]);
     if (PyErr_Occurred()) return NULL;
-    problem p = {(const float *)(intptr_t)v[0], v[1], v[3], v[4], v[5],
-                 (const float *)(intptr_t)v[6], (const float *)(intptr_t)v[7], v[8],
-                 (const int32_t *)(intptr_t)v[9], v[10], (const int32_t *)(intptr_t)v[15],
-                 (const int32_t *)(intptr_t)v[11], (float *)(intptr_t)v[12], v[13], (float)scale, (float)cap, v[14]};
+    problem p = {.q = (const float *)(intptr_t)v[0], .q_stride = v[1], .heads = v[3], .kv_heads = v[4], .D = v[5],
+                 .k = (const float *)(intptr_t)v[6], .v = (const float *)(intptr_t)v[8], .k_block = v[7],
+                 .v_block = v[9], .block_size = v[10], .table = (const int32_t *)(intptr_t)v[11],
+                 .table_stride = v[12], .rows = (const int32_t *)(intptr_t)v[17],
+                 .seq_lens = (const int32_t *)(intptr_t)v[13], .out = (float *)(intptr_t)v[14], .out_stride = v[15],
+                 .scale = (float)scale, .cap = (float)cap, .window = v[16]};
     if (p.kv_heads <= 0 || p.heads % p.kv_heads || p.heads / p.kv_heads > MAX_GROUP || p.D <= 0 || p.D > MAX_HEAD
         || p.block_size <= 0) {
         PyErr_SetString(PyExc_ValueError, "decode(): heads, kv_heads, head size or block size out of range");
+        return NULL;
+    }
+    if (p.k_block < p.block_size * p.kv_heads * p.D || p.v_block < p.block_size * p.kv_heads * p.D) {
+        PyErr_SetString(PyExc_ValueError, "decode(): blocks closer than a block apart (k_block, v_block)");
         return NULL;
     }
     int failed;
@@ -412,39 +423,45 @@ static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
-/* write(k_cache, v_cache, slots, n, row, k, ldk, v, ldv): token i's k and v rows (row floats: every kv
- * head, contiguous) into cache slot slots[i] (int64; block * block_size + offset). What write_kv's two
- * index_copy_ calls do, without their dispatch (~10 us a layer of a decode step). The impl has checked
- * the slots' blocks against the pool before it calls. */
+/* write(k_cache, k_block, v_cache, v_block, block_size, slots, n, row, k, ldk, v, ldv): token i's k and v rows
+ * (row floats: every kv head, contiguous) into cache slot slots[i] (int64; block * block_size + offset), blocks
+ * k_block (v_block) floats apart. What write_kv does, without its dispatch (~10 us a layer of a decode step).
+ * The impl has checked the slots' blocks against the pool before it calls. */
 static PyObject *py_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[9];
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "write() takes 9 arguments");
+    long long v[12];
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "write() takes 12 arguments");
         return NULL;
     }
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 12; i++) {
         v[i] = PyLong_AsLongLong(args[i]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
-    float *kc = (float *)(intptr_t)v[0], *vc = (float *)(intptr_t)v[1];
-    const int64_t *slots = (const int64_t *)(intptr_t)v[2];
-    const float *k = (const float *)(intptr_t)v[5], *vv = (const float *)(intptr_t)v[7];
-    const long n = v[3], row = v[4], ldk = v[6], ldv = v[8];
+    float *kc = (float *)(intptr_t)v[0], *vc = (float *)(intptr_t)v[2];
+    const int64_t *slots = (const int64_t *)(intptr_t)v[5];
+    const float *k = (const float *)(intptr_t)v[8], *vv = (const float *)(intptr_t)v[10];
+    const long k_block = v[1], v_block = v[3], bs = v[4], n = v[6], row = v[7], ldk = v[9], ldv = v[11];
+    if (bs <= 0 || k_block < bs * row || v_block < bs * row) {
+        PyErr_SetString(PyExc_ValueError, "write(): block size out of range, or blocks closer than a block apart");
+        return NULL;
+    }
     for (long i = 0; i < n; i++) {
-        memcpy(kc + slots[i] * row, k + i * ldk, row * sizeof(float));
-        memcpy(vc + slots[i] * row, vv + i * ldv, row * sizeof(float));
+        const long block = slots[i] / bs, at = slots[i] % bs * row;
+        memcpy(kc + block * k_block + at, k + i * ldk, row * sizeof(float));
+        memcpy(vc + block * v_block + at, vv + i * ldv, row * sizeof(float));
     }
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_FASTCALL,
-     "decode(q, q_stride, n, heads, kv_heads, D, k, v, block_size, table, table_stride, seq_lens, out, out_stride, "
-     "scale, window, cap, rows): attention of query rows over the paged cache (addresses as ints)."},
+     "decode(q, q_stride, n, heads, kv_heads, D, k, k_block, v, v_block, block_size, table, table_stride, seq_lens, "
+     "out, out_stride, scale, window, cap, rows): attention of query rows over the paged cache (addresses as ints, "
+     "k_block and v_block the pools' block strides in floats)."},
     {"write", (PyCFunction)(void (*)(void))py_write, METH_FASTCALL,
-     "write(k_cache, v_cache, slots, n, row, k, ldk, v, ldv): the step's k and v rows into their cache slots "
-     "(addresses as ints)."},
+     "write(k_cache, k_block, v_cache, v_block, block_size, slots, n, row, k, ldk, v, ldv): the step's k and v rows "
+     "into their cache slots (addresses as ints, block strides in floats)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,10 +1,14 @@
 """The ``sdpa_cpu`` impl: ``sdpa``'s, with the step's decodes and causal
 prefills run by the paged kernel (``_paged_decode.c``) straight from the
-cache blocks."""
+cache blocks. The kernel takes each pool's block stride, so blocks that sit
+in larger pages (an engine's hybrid cache) are read and written in place
+too."""
 
 from __future__ import annotations
 
 import torch
+
+from mixboard.ops.checks import record_stride
 
 from .impl import SdpaAttentionImpl
 from .meta import SdpaMeta
@@ -17,10 +21,12 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
         row = self.spec.num_kv_heads * self.spec.head_size
         slots = meta.slot_mapping  # int64, checked against the pool's blocks by check_inputs
         if not (k.stride(2) == v.stride(2) == 1 and k.stride(1) == v.stride(1) == self.spec.head_size
-                and k_cache.is_contiguous() and v_cache.is_contiguous() and slots.is_contiguous()):
+                and slots.is_contiguous()):
             return super()._write(k_cache, v_cache, meta, k, v)
-        _paged_decode.write(k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(), k.shape[0], row, k.data_ptr(),
-                            k.stride(0), v.data_ptr(), v.stride(0))
+        # the pools' records (blocks) are contiguous: check_inputs holds them to the state contract
+        _paged_decode.write(k_cache.data_ptr(), record_stride(k_cache), v_cache.data_ptr(), record_stride(v_cache),
+                            k_cache.shape[1], slots.data_ptr(), k.shape[0], row, k.data_ptr(), k.stride(0),
+                            v.data_ptr(), v.stride(0))
 
     def _decodes(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
                  meta: SdpaMeta) -> None:
@@ -44,7 +50,9 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
             rows_q = rows_q.contiguous()
         # int32 and contiguous: CommonBatchMetadata and build_meta make them so
         _paged_decode.decode(rows_q.data_ptr(), rows_q.stride(0), rows_q.shape[0], spec.num_heads, spec.num_kv_heads,
-                             spec.head_size, k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1],
-                             table.data_ptr(), table.stride(0), seq_lens.data_ptr(), out[first_out:].data_ptr(),
-                             out.stride(0), float(self.scale), self.window or 0, float(spec.logits_soft_cap or 0.0),
+                             spec.head_size, k_cache.data_ptr(), record_stride(k_cache), v_cache.data_ptr(),
+                             record_stride(v_cache), k_cache.shape[1], table.data_ptr(), table.stride(0),
+                             seq_lens.data_ptr(), out[first_out:].data_ptr(), out.stride(0), float(self.scale),
+                             self.window or 0, float(spec.logits_soft_cap or 0.0),
                              0 if table_rows is None else table_rows.data_ptr())
+

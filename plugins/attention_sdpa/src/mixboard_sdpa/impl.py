@@ -17,7 +17,7 @@ import torch
 from mixboard.kinds.attention import AttentionImpl, AttentionSpec
 from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.checks import BackendInputError
-from mixboard.ops.paged import write_kv
+from mixboard.ops.paged import token_blocks, write_kv
 
 from .attend import attend
 from .inputs import check_inputs
@@ -50,8 +50,12 @@ class SdpaAttentionImpl(AttentionImpl):
         return out
 
     def _write(self, k_cache, v_cache, meta: SdpaMeta, k, v) -> None:
-        """This step's k, v into their cache slots (``sdpa_cpu`` does it in C)."""
-        write_kv(k_cache, v_cache, meta.slot_mapping, k, v)
+        """This step's k, v into their cache slots (``sdpa_cpu`` does it in C). Pools whose blocks sit apart
+        are indexed by (block, offset), worked out once per step for every layer of the group."""
+        where = None
+        if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+            where = meta.mask(("token_blocks",), lambda: token_blocks(meta.slot_mapping, meta.block_size))
+        write_kv(k_cache, v_cache, meta.slot_mapping, k, v, where)
 
     def _prefills(self, q, k, v, k_cache, v_cache, out, meta: SdpaMeta) -> None:
         """The step's prefill rows into ``out``: sdpa per run of prompts (a continuing one over its

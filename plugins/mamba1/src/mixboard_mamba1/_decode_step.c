@@ -11,7 +11,8 @@
  *   scan:  h = 2^(dt A log2 e) h + dt xc B;  y = (C . h + D xc) silu(z)
  *
  * Slots are read where they are (no gather of the batch's records and no
- * scatter back), and the state record of a channel (N floats) is updated in
+ * scatter back; records conv_stride / ssm_stride floats apart, which may be
+ * more than a record where an engine lays them in larger pages), and the state record of a channel (N floats) is updated in
  * registers while it is read for y. Three phases in one OpenMP region:
  * conv over (row, block of channels), projection per row, scan over (row,
  * block of channels). Arithmetic in float32, sixteen lanes at a time, with
@@ -143,7 +144,8 @@ typedef struct {
     const float *dt_b;      /* [D] */
     const float *A2;        /* [D, N]: A log2 e */
     const float *Dskip;     /* [D] */
-    float *conv, *ssm;      /* pools [S, D, W - 1] and [S, D, N] */
+    float *conv, *ssm;      /* pools of records [D, W - 1] and [D, N], each contiguous */
+    long conv_stride, ssm_stride;  /* floats from one record to the next */
     const int64_t *slots;   /* [n] */
     float *y;               /* [n, D], rows ldy apart */
     long ldy;
@@ -155,7 +157,7 @@ typedef struct {
 INLINE void conv_width(const step_args *a, long i, long d0, long d1, const long W) {
     const long keep = W - 1;
     const float *x = a->x + i * a->ldx;
-    float *state = a->conv + a->slots[i] * a->D * keep, *xc = a->xc + i * a->D;
+    float *state = a->conv + a->slots[i] * a->conv_stride, *xc = a->xc + i * a->D;
     for (long d = d0; d < d1; d++) {
         const float *w = a->conv_w + d * W;
         float *s = state + d * keep;
@@ -219,7 +221,7 @@ CLONES static void scan_rows(const step_args *a, long i, long d0, long d1) {
     const long D = a->D, N = a->N, R = a->R;
     const float *dt_raw = a->xdbl + i * (R + 2 * N), *B = dt_raw + R, *C = B + N;
     const float *xc = a->xc + i * D, *z = a->z + i * a->ldz;
-    float *h0 = a->ssm + a->slots[i] * D * N, *y = a->y + i * a->ldy;
+    float *h0 = a->ssm + a->slots[i] * a->ssm_stride, *y = a->y + i * a->ldy;
     for (long d = d0; d < d1; d += LANES) {
         const long count = d1 - d < LANES ? d1 - d : LANES;
         const float *panel = a->dt_p + d * R;  /* d / 16 * R * 16 */
@@ -285,17 +287,17 @@ static void step(const step_args *a) {
     }
 }
 
-/* step(x, ldx, z, ldz, n, D, N, R, W, conv_w, conv_b, xproj_t, dt_p, dt_b, A2, Dskip, conv, ssm, slots, y, ldy):
- * addresses as ints (tensor.data_ptr(), 0 for no conv bias); the impl has checked shapes, dtypes, contiguity
- * and slots (InputChecks) before it calls. */
+/* step(x, ldx, z, ldz, n, D, N, R, W, conv_w, conv_b, xproj_t, dt_p, dt_b, A2, Dskip, conv, conv_stride, ssm,
+ * ssm_stride, slots, y, ldy): addresses as ints (tensor.data_ptr(), 0 for no conv bias), the pools' record
+ * strides in floats; the impl has checked shapes, dtypes, record layout and slots (InputChecks) before it calls. */
 static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[21];
-    if (nargs != 21) {
-        PyErr_SetString(PyExc_TypeError, "step() takes 21 arguments");
+    long long v[23];
+    if (nargs != 23) {
+        PyErr_SetString(PyExc_TypeError, "step() takes 23 arguments");
         return NULL;
     }
-    for (int k = 0; k < 21; k++) {
+    for (int k = 0; k < 23; k++) {
         v[k] = PyLong_AsLongLong(args[k]);
         if (v[k] == -1 && PyErr_Occurred()) return NULL;
     }
@@ -305,11 +307,13 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         .conv_w = (const float *)(intptr_t)v[9], .conv_b = (const float *)(intptr_t)v[10],
         .xproj_t = (const float *)(intptr_t)v[11], .dt_p = (const float *)(intptr_t)v[12],
         .dt_b = (const float *)(intptr_t)v[13], .A2 = (const float *)(intptr_t)v[14],
-        .Dskip = (const float *)(intptr_t)v[15], .conv = (float *)(intptr_t)v[16], .ssm = (float *)(intptr_t)v[17],
-        .slots = (const int64_t *)(intptr_t)v[18], .y = (float *)(intptr_t)v[19], .ldy = v[20],
+        .Dskip = (const float *)(intptr_t)v[15], .conv = (float *)(intptr_t)v[16], .conv_stride = v[17],
+        .ssm = (float *)(intptr_t)v[18], .ssm_stride = v[19], .slots = (const int64_t *)(intptr_t)v[20],
+        .y = (float *)(intptr_t)v[21], .ldy = v[22],
     };
-    if (a.n < 0 || a.D <= 0 || a.N <= 0 || a.R <= 0 || a.W <= 0) {
-        PyErr_SetString(PyExc_ValueError, "step(): sizes out of range");
+    if (a.n < 0 || a.D <= 0 || a.N <= 0 || a.R <= 0 || a.W <= 0 || a.conv_stride < a.D * (a.W - 1)
+        || a.ssm_stride < a.D * a.N) {
+        PyErr_SetString(PyExc_ValueError, "step(): sizes out of range, or records closer than a record apart");
         return NULL;
     }
     a.xc = malloc((size_t)(a.n * a.D + a.n * (a.R + 2 * a.N) + 1) * sizeof(float));
@@ -324,8 +328,9 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))py_step, METH_FASTCALL,
-     "step(x, ldx, z, ldz, n, D, N, R, W, conv_w, conv_b, xproj_t, dt_p, dt_b, A2, Dskip, conv, ssm, slots, y, "
-     "ldy): one Mamba-1 decode step over the state pools, in place (addresses as ints)."},
+     "step(x, ldx, z, ldz, n, D, N, R, W, conv_w, conv_b, xproj_t, dt_p, dt_b, A2, Dskip, conv, conv_stride, ssm, "
+     "ssm_stride, slots, y, ldy): one Mamba-1 decode step over the state pools, in place (addresses as ints, "
+     "record strides in floats)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,13 @@
 """The ``mamba1_cpu`` impl: ``mamba1_torch``'s, with a step of decodes only
-run by the C kernel (``_decode_step.c``) in one call."""
+run by the C kernel (``_decode_step.c``) in one call. The kernel takes each
+pool's record stride, so slots that sit in larger pages (an engine's hybrid
+cache) are updated in place too."""
 
 from __future__ import annotations
 
 import torch
+
+from mixboard.ops.checks import record_stride
 
 from .meta import as_meta
 from .scan import LOG2E
@@ -20,9 +24,9 @@ class Mamba1CpuImpl(Mamba1TorchImpl):
         meta = as_meta(layer, meta, spec.d_conv)
         conv, ssm = state.get("conv"), state.get("ssm")
         if not (meta.all_decodes and x.dtype == torch.float32 and isinstance(conv, torch.Tensor)
-                and isinstance(ssm, torch.Tensor) and conv.is_contiguous() and ssm.is_contiguous()):
+                and isinstance(ssm, torch.Tensor)):
             return super().forward(x, z, weights, state, meta)
-        self.check(layer, x, z, weights, state, meta)
+        self.check(layer, x, z, weights, state, meta)  # records contiguous, strides at least a record (the contract)
         conv_w, conv_b, xproj_t, dt_p, dt_b, A2, skip = self._weights(weights)
         x, z = _rows(x), _rows(z)
         n, D = x.shape
@@ -32,7 +36,8 @@ class Mamba1CpuImpl(Mamba1TorchImpl):
             _decode_step.step(x.data_ptr(), x.stride(0), z.data_ptr(), z.stride(0), n, D, spec.d_state, spec.dt_rank,
                               spec.d_conv, conv_w.data_ptr(), 0 if conv_b is None else conv_b.data_ptr(),
                               xproj_t.data_ptr(), dt_p.data_ptr(), dt_b.data_ptr(), A2.data_ptr(), skip.data_ptr(),
-                              conv.data_ptr(), ssm.data_ptr(), slots.data_ptr(), y.data_ptr(), y.stride(0))
+                              conv.data_ptr(), record_stride(conv), ssm.data_ptr(), record_stride(ssm),
+                              slots.data_ptr(), y.data_ptr(), y.stride(0))
         return y
 
     def _weights(self, weights):

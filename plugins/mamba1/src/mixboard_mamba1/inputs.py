@@ -7,7 +7,7 @@ import torch
 
 from mixboard.dtypes import torch_dtype
 from mixboard.kinds.mamba1 import Mamba1Spec, Mamba1Weights
-from mixboard.ops.checks import BackendInputError, expect, expect_slots, expect_state
+from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_slots, expect_state
 
 from .meta import Mamba1Meta
 
@@ -37,6 +37,8 @@ class InputChecks:
         expect_state(layer, state, ("conv", "ssm"))
         expect(layer, "state 'conv'", state["conv"], (None, DI, W - 1), dtype=self.conv_dtype, device=device)
         expect(layer, "state 'ssm'", state["ssm"], (None, DI, N), dtype=self.state_dtype, device=device)
+        expect_pool(layer, "state 'conv'", state["conv"])  # slots may sit in larger pages: records apart
+        expect_pool(layer, "state 'ssm'", state["ssm"])
         expect_slots(layer, meta.slots_cpu, min(state["conv"].shape[0], state["ssm"].shape[0]), meta.slot_bounds)
         if meta.repeated_slot is not None:
             raise BackendInputError(f"{layer}: every sequence of a step needs its own state slot; "

@@ -98,7 +98,8 @@ typedef struct {
     const float *dt;  /* dt[t, h] at dt + t * lddt + h (softplus'ed, clamped) */
     const float *A;   /* [H] */
     long ldx, ldbc, lddt, H, P, G, N;
-    float *ssm;       /* state pool [S, H, P, N] */
+    float *ssm;       /* state pool: records [H, P, N], each contiguous, ssm_stride floats apart */
+    long ssm_stride;  /* >= H * P * N: an engine may lay records in larger pages */
     float *y;         /* y[t, h, p] at y + t * ldy + h * P + p */
     long ldy;
     const int64_t *runs;  /* [nruns, 4]: first token, end token, slot, continues (start from the slot's state) */
@@ -138,7 +139,7 @@ CLONES static void scan_head(const ssd_args *a, long r, long h, float *work) {
     const long first = a->runs[4 * r], end = a->runs[4 * r + 1], slot = a->runs[4 * r + 2];
     const int continues = a->runs[4 * r + 3] != 0;
     float *xdt = work, *s = xdt + Q * P, *hT = s + Q * Q, *cq = hT + N * P, *wb = cq + Q * N;
-    float *h0 = a->ssm + (slot * a->H + h) * P * N;
+    float *h0 = a->ssm + slot * a->ssm_stride + h * P * N;
     for (long n = 0; n < N; n++)
         for (long p = 0; p < P; p++) hT[n * P + p] = continues ? h0[p * N + n] : 0.0f;
     const float A = a->A[h];
@@ -249,16 +250,17 @@ static int scan(const ssd_args *a, long blocks) {
     return failed ? -1 : 0;
 }
 
-/* ssd(x, ldx, B, C, ldbc, dt, lddt, A, H, P, G, N, ssm, y, ldy, runs, nruns): addresses as ints
- * (tensor.data_ptr()); the impl has checked shapes, dtypes, contiguity and slots before it calls. */
+/* ssd(x, ldx, B, C, ldbc, dt, lddt, A, H, P, G, N, ssm, ssm_stride, y, ldy, runs, nruns): addresses as ints
+ * (tensor.data_ptr()), ssm_stride the pool's record stride in floats; the impl has checked shapes, dtypes,
+ * record layout and slots before it calls. */
 static PyObject *py_ssd(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[17];
-    if (nargs != 17) {
-        PyErr_SetString(PyExc_TypeError, "ssd() takes 17 arguments");
+    long long v[18];
+    if (nargs != 18) {
+        PyErr_SetString(PyExc_TypeError, "ssd() takes 18 arguments");
         return NULL;
     }
-    for (int i = 0; i < 17; i++) {
+    for (int i = 0; i < 18; i++) {
         v[i] = PyLong_AsLongLong(args[i]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
@@ -266,11 +268,12 @@ static PyObject *py_ssd(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         .x = (const float *)(intptr_t)v[0], .ldx = v[1], .B = (const float *)(intptr_t)v[2],
         .C = (const float *)(intptr_t)v[3], .ldbc = v[4], .dt = (const float *)(intptr_t)v[5], .lddt = v[6],
         .A = (const float *)(intptr_t)v[7], .H = v[8], .P = v[9], .G = v[10], .N = v[11],
-        .ssm = (float *)(intptr_t)v[12], .y = (float *)(intptr_t)v[13], .ldy = v[14],
-        .runs = (const int64_t *)(intptr_t)v[15], .nruns = v[16],
+        .ssm = (float *)(intptr_t)v[12], .ssm_stride = v[13], .y = (float *)(intptr_t)v[14], .ldy = v[15],
+        .runs = (const int64_t *)(intptr_t)v[16], .nruns = v[17],
     };
-    if (a.H <= 0 || a.P <= 0 || a.G <= 0 || a.N <= 0 || a.H % a.G || a.nruns < 0) {
-        PyErr_SetString(PyExc_ValueError, "ssd(): sizes out of range");
+    if (a.H <= 0 || a.P <= 0 || a.G <= 0 || a.N <= 0 || a.H % a.G || a.nruns < 0
+        || a.ssm_stride < a.H * a.P * a.N) {
+        PyErr_SetString(PyExc_ValueError, "ssd(): sizes out of range, or records closer than a record apart");
         return NULL;
     }
     long blocks = 0;
@@ -307,7 +310,8 @@ typedef struct {
     long ldx, D, W;
     const float *wt;      /* [W, D]: the conv weight transposed */
     const float *bias;    /* [D] or NULL */
-    float *pool;          /* [S, D, W - 1] */
+    float *pool;          /* records [D, W - 1], each contiguous, stride floats apart */
+    long stride;          /* >= D * (W - 1): an engine may lay records in larger pages */
     float *out;           /* [T, D], rows ldo apart */
     long ldo;
     const int64_t *seqs;  /* [n, 4]: first token, end token, slot, has context */
@@ -319,7 +323,7 @@ INLINE vec silu(vec v) { return v * sigmoid(v); }
 INLINE void conv_width(const conv_args *a, long i, long c0, const long W) {
     const long keep = W - 1, first = a->seqs[4 * i], end = a->seqs[4 * i + 1];
     const int context = a->seqs[4 * i + 3] != 0;
-    float *state = a->pool + a->seqs[4 * i + 2] * a->D * keep;
+    float *state = a->pool + a->seqs[4 * i + 2] * a->stride;
     for (long c = c0; c < c0 + CONV_BLOCK && c < a->D; c += LANES) {
         const long cc = a->D - c < LANES ? a->D - c : LANES;
         vec w[MAX_WIDTH], window[MAX_WIDTH];  /* window[k]: the input keep - k tokens back */
@@ -359,20 +363,22 @@ CLONES static void conv_block(const conv_args *a, long i, long c0) {
 
 static PyObject *py_conv(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[11];
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "conv() takes 11 arguments");
+    long long v[12];
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "conv() takes 12 arguments");
         return NULL;
     }
-    for (int i = 0; i < 11; i++) {
+    for (int i = 0; i < 12; i++) {
         v[i] = PyLong_AsLongLong(args[i]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
-    conv_args a = {(const float *)(intptr_t)v[0], v[1], v[2], v[3], (const float *)(intptr_t)v[4],
-                   (const float *)(intptr_t)v[5], (float *)(intptr_t)v[6], (float *)(intptr_t)v[7], v[8],
-                   (const int64_t *)(intptr_t)v[9], v[10]};
-    if (a.D <= 0 || a.W < 1 || a.W > MAX_WIDTH || a.n < 0) {
-        PyErr_Format(PyExc_ValueError, "conv(): channels or width out of range (width 1 to %d)", MAX_WIDTH);
+    conv_args a = {.x = (const float *)(intptr_t)v[0], .ldx = v[1], .D = v[2], .W = v[3],
+                   .wt = (const float *)(intptr_t)v[4], .bias = (const float *)(intptr_t)v[5],
+                   .pool = (float *)(intptr_t)v[6], .stride = v[7], .out = (float *)(intptr_t)v[8], .ldo = v[9],
+                   .seqs = (const int64_t *)(intptr_t)v[10], .n = v[11]};
+    if (a.D <= 0 || a.W < 1 || a.W > MAX_WIDTH || a.n < 0 || a.stride < a.D * (a.W - 1)) {
+        PyErr_Format(PyExc_ValueError, "conv(): channels or width out of range (width 1 to %d), or records closer "
+                     "than a record apart", MAX_WIDTH);
         return NULL;
     }
     const long blocks = (a.D + CONV_BLOCK - 1) / CONV_BLOCK, work = a.n * blocks;
@@ -441,11 +447,11 @@ static PyObject *py_gated_norm(PyObject *self, PyObject *const *args, Py_ssize_t
 
 static PyMethodDef methods[] = {
     {"ssd", (PyCFunction)(void (*)(void))py_ssd, METH_FASTCALL,
-     "ssd(x, ldx, B, C, ldbc, dt, lddt, A, H, P, G, N, ssm, y, ldy, runs, nruns): the SSD scan of a step's "
-     "prefills, y and the final states written in place (addresses as ints)."},
+     "ssd(x, ldx, B, C, ldbc, dt, lddt, A, H, P, G, N, ssm, ssm_stride, y, ldy, runs, nruns): the SSD scan of a "
+     "step's prefills, y and the final states written in place (addresses as ints, record stride in floats)."},
     {"conv", (PyCFunction)(void (*)(void))py_conv, METH_FASTCALL,
-     "conv(x, ldx, D, W, wt, bias, pool, out, ldo, seqs, n): the ragged causal conv + silu of a step, conv "
-     "states read and written in the pool (addresses as ints)."},
+     "conv(x, ldx, D, W, wt, bias, pool, stride, out, ldo, seqs, n): the ragged causal conv + silu of a step, "
+     "conv states read and written in the pool (addresses as ints, record stride in floats)."},
     {"gated_norm", (PyCFunction)(void (*)(void))py_gated_norm, METH_FASTCALL,
      "gated_norm(y, ldy, x, ldx, D, z, ldz, weight, DI, group, eps, out, ldo, T): rmsnorm((y + D x) * "
      "silu(z)) * weight by groups (addresses as ints)."},

@@ -2,11 +2,15 @@
 (``_prefill.c``), each one call per step: the causal conv, the prefills' SSD
 scan, and the D skip with the gated RMSNorm. Decodes' state update stays
 ``mamba2_torch``'s. Where an input is not what a kernel reads (another
-dtype, a non-contiguous pool), that part is ``mamba2_torch``'s."""
+dtype, a strided input row), that part is ``mamba2_torch``'s. Pools whose
+records sit in larger pages (an engine's hybrid cache) are not such a case:
+the kernels take each pool's record stride."""
 
 from __future__ import annotations
 
 import torch
+
+from mixboard.ops.checks import record_stride
 
 from .torch_impl import Mamba2TorchImpl
 
@@ -21,7 +25,8 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
     _norm_for: tuple[object, torch.Tensor, torch.Tensor] | None = None
 
     def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
-        if not (xBC.dtype == conv_pool.dtype == torch.float32 and conv_pool.is_contiguous() and xBC.stride(-1) == 1
+        # the pool's records are contiguous and a record or more apart: InputChecks holds it to the contract
+        if not (xBC.dtype == conv_pool.dtype == torch.float32 and xBC.stride(-1) == 1
                 and self.spec.d_conv <= CONV_MAX_WIDTH):
             return super()._conv(step, xBC, weights, conv_pool)
         if self._conv_for is None or self._conv_for[0] is not weights:
@@ -32,12 +37,12 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         T, D = xBC.shape
         out = torch.empty(T, D)
         _prefill.conv(xBC.data_ptr(), xBC.stride(0), D, self.spec.d_conv, wt.data_ptr(),
-                      0 if bias is None else bias.data_ptr(), conv_pool.data_ptr(), out.data_ptr(), D,
-                      seqs.data_ptr(), len(seqs))
+                      0 if bias is None else bias.data_ptr(), conv_pool.data_ptr(), record_stride(conv_pool),
+                      out.data_ptr(), D, seqs.data_ptr(), len(seqs))
         return out
 
     def _prefills(self, step, x, dts, A, B, C, ssm_pool, y) -> None:
-        if not (ssm_pool.dtype == torch.float32 and ssm_pool.is_contiguous() and y.is_contiguous()
+        if not (ssm_pool.dtype == torch.float32 and y.is_contiguous()
                 and all(_row_contiguous(t) for t in (x, B, C, dts)) and B.stride(0) == C.stride(0)):
             return super()._prefills(step, x, dts, A, B, C, ssm_pool, y)
         spec = self.spec
@@ -45,7 +50,8 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         A = A.contiguous()
         _prefill.ssd(x.data_ptr(), x.stride(0), B.data_ptr(), C.data_ptr(), B.stride(0), dts.data_ptr(),
                      dts.stride(0), A.data_ptr(), spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state,
-                     ssm_pool.data_ptr(), y.data_ptr(), y.stride(0), runs.data_ptr(), len(runs))
+                     ssm_pool.data_ptr(), record_stride(ssm_pool), y.data_ptr(), y.stride(0), runs.data_ptr(),
+                     len(runs))
 
     def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
         spec = self.spec

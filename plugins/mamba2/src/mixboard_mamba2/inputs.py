@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import torch
 from mixboard.dtypes import torch_dtype
 from mixboard.kinds.mamba2 import Mamba2Spec, Mamba2Weights
-from mixboard.ops.checks import BackendInputError, expect, expect_slots, expect_state
+from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_slots, expect_state
 
 from .step import Mamba2Step
 
@@ -40,6 +40,8 @@ class InputChecks:
         conv, ssm = state["conv"], state["ssm"]
         expect(layer, "state['conv']", conv, (None, spec.conv_dim, W - 1), self.state_dtype, device)
         expect(layer, "state['ssm']", ssm, (None, H, P, N), self.state_dtype, device)
+        expect_pool(layer, "state['conv']", conv)  # slots may sit in larger pages: records apart
+        expect_pool(layer, "state['ssm']", ssm)
         expect_slots(layer, step.slots_cpu, min(conv.shape[0], ssm.shape[0]), step.slot_bounds)
         if step.duplicate_slot is not None:
             raise BackendInputError(f"{layer}: state slot {step.duplicate_slot} is given to two sequences of one "

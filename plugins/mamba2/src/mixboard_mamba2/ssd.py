@@ -201,7 +201,9 @@ def ssd_decode(ssm_pool: torch.Tensor, slots: torch.Tensor, slot_range: tuple[in
     Bf, Cf = B.reshape(n * G, 1, N), C.reshape(n * G, 1, N)
     y = x.new_empty(n * G, 1, rows)
     per = max(1, DECODE_STATE_BYTES // (H * P * N * 4))
-    in_place = slot_range is not None and ssm_pool.is_contiguous()  # a slice of the pool views as [., rows, N]
+    # In place where a slice of the pool views as [sequences * G, rows, N]: records back to back, or one group
+    # (records that sit apart in larger pages, an engine's hybrid cache, cannot fold sequences into groups).
+    in_place = slot_range is not None and (G == 1 or ssm_pool.is_contiguous())
     for a in range(0, n, per):
         b = min(n, a + per)
         saved = SlotRecords(ssm_pool, slots[a:b], (slot_range[0] + a, slot_range[0] + b) if in_place else None)

@@ -6,7 +6,9 @@
  * a sequence's first new token come from its slot's state (the last W - 1
  * values of bx, oldest first; zeros for a sequence without context), and the
  * slot then holds its last W - 1. Read and written where the slots lie (no
- * gather and scatter of the batch's records), B * x and the gate applied on the
+ * gather and scatter of the batch's records; records `stride` floats apart,
+ * which may be more than a record where an engine lays them in larger
+ * pages), B * x and the gate applied on the
  * way in and out (no [T, hidden] temporaries). Work items: (sequence, 64
  * channels); sixteen channels go through the sequence's tokens at a time with
  * their window in registers, float32, GCC's vector extension (target_clones
@@ -56,7 +58,8 @@ typedef struct {
     long ldb, ldc, ldx, D, W;
     const float *wt;         /* [W, D]: the conv weight transposed */
     const float *bias;       /* [D] or NULL */
-    float *pool;             /* [S, D, W - 1] */
+    float *pool;             /* records [D, W - 1], each contiguous */
+    long stride;             /* floats from one record to the next (>= D * (W - 1)) */
     float *y;                /* [T, D], rows ldy apart */
     long ldy;
     const int64_t *seqs;     /* [n, 4]: first token, end token, slot, has context */
@@ -65,7 +68,7 @@ typedef struct {
 INLINE void block_width(const conv_args *a, long i, long c0, const long W) {
     const long keep = W - 1, first = a->seqs[4 * i], end = a->seqs[4 * i + 1];
     const int context = a->seqs[4 * i + 3] != 0;
-    float *state = a->pool + a->seqs[4 * i + 2] * a->D * keep;
+    float *state = a->pool + a->seqs[4 * i + 2] * a->stride;
     for (long c = c0; c < c0 + BLOCK && c < a->D; c += LANES) {
         const long cc = a->D - c < LANES ? a->D - c : LANES;
         vec w[MAX_WIDTH], window[MAX_WIDTH];  /* window[k]: bx keep - k tokens back */
@@ -103,28 +106,30 @@ CLONES static void conv_block(const conv_args *a, long i, long c0) {
     }
 }
 
-/* step(B, ldb, C, ldc, x, ldx, D, W, wt, bias, pool, y, ldy, seqs, n): addresses as ints (tensor.data_ptr(),
- * 0 for no bias); the impl has checked shapes, dtypes and slots (check_inputs) before it calls. */
+/* step(B, ldb, C, ldc, x, ldx, D, W, wt, bias, pool, stride, y, ldy, seqs, n): addresses as ints
+ * (tensor.data_ptr(), 0 for no bias), stride the pool's record stride in floats; the impl has checked shapes,
+ * dtypes, record layout and slots (check_inputs) before it calls. */
 static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[15];
-    if (nargs != 15) {
-        PyErr_SetString(PyExc_TypeError, "step() takes 15 arguments");
+    long long v[16];
+    if (nargs != 16) {
+        PyErr_SetString(PyExc_TypeError, "step() takes 16 arguments");
         return NULL;
     }
-    for (int k = 0; k < 15; k++) {
+    for (int k = 0; k < 16; k++) {
         v[k] = PyLong_AsLongLong(args[k]);
         if (v[k] == -1 && PyErr_Occurred()) return NULL;
     }
     conv_args a = {
         .B = (const float *)(intptr_t)v[0], .ldb = v[1], .C = (const float *)(intptr_t)v[2], .ldc = v[3],
         .x = (const float *)(intptr_t)v[4], .ldx = v[5], .D = v[6], .W = v[7], .wt = (const float *)(intptr_t)v[8],
-        .bias = (const float *)(intptr_t)v[9], .pool = (float *)(intptr_t)v[10], .y = (float *)(intptr_t)v[11],
-        .ldy = v[12], .seqs = (const int64_t *)(intptr_t)v[13],
+        .bias = (const float *)(intptr_t)v[9], .pool = (float *)(intptr_t)v[10], .stride = v[11],
+        .y = (float *)(intptr_t)v[12], .ldy = v[13], .seqs = (const int64_t *)(intptr_t)v[14],
     };
-    const long n = v[14];
-    if (a.D <= 0 || a.W < 1 || a.W > MAX_WIDTH || n < 0) {
-        PyErr_Format(PyExc_ValueError, "step(): channels or conv width out of range (width 1 to %d)", MAX_WIDTH);
+    const long n = v[15];
+    if (a.D <= 0 || a.W < 1 || a.W > MAX_WIDTH || n < 0 || a.stride < a.D * (a.W - 1)) {
+        PyErr_Format(PyExc_ValueError, "step(): channels or conv width out of range (width 1 to %d), or records "
+                     "closer than a record apart", MAX_WIDTH);
         return NULL;
     }
     const long blocks = (a.D + BLOCK - 1) / BLOCK, work = n * blocks;
@@ -139,8 +144,8 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))py_step, METH_FASTCALL,
-     "step(B, ldb, C, ldc, x, ldx, D, W, wt, bias, pool, y, ldy, seqs, n): y = C * conv(B * x) for a step's "
-     "sequences, conv states read and written in the pool (addresses as ints)."},
+     "step(B, ldb, C, ldc, x, ldx, D, W, wt, bias, pool, stride, y, ldy, seqs, n): y = C * conv(B * x) for a "
+     "step's sequences, conv states read and written in the pool (addresses as ints, record stride in floats)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,13 @@
 """The ``short_conv_cpu`` impl: the whole step in one C call (``_gated_conv.c``);
-``short_conv_torch``'s where an input is not what the kernel reads."""
+``short_conv_torch``'s where an input is not what the kernel reads. A pool
+whose records sit in larger pages (an engine's hybrid cache) is read in
+place: the kernel takes its record stride."""
 
 from __future__ import annotations
 
 import torch
+
+from mixboard.ops.checks import record_stride
 
 from .inputs import check_inputs
 from .torch_impl import ShortConvTorchImpl
@@ -16,8 +20,8 @@ class ShortConvCpuImpl(ShortConvTorchImpl):
 
     def forward(self, B, C, x, weights, state, meta):
         pool = check_inputs(self.layer_name, self.want, B, C, x, weights, state, meta)
-        if not (x.dtype == pool.dtype == torch.float32 and pool.is_contiguous()
-                and B.stride(-1) == C.stride(-1) == x.stride(-1) == 1):
+        # check_inputs holds the pool to the state contract: records contiguous, a record or more apart
+        if not (x.dtype == pool.dtype == torch.float32 and B.stride(-1) == C.stride(-1) == x.stride(-1) == 1):
             return super().forward(B, C, x, weights, state, meta)
         if self._prepared is None or self._prepared[0] is not weights:  # frozen records: laid out once
             bias = None if weights.conv_bias is None else weights.conv_bias.detach().float().contiguous()
@@ -28,5 +32,5 @@ class ShortConvCpuImpl(ShortConvTorchImpl):
         y = torch.empty(T, D)
         _gated_conv.step(B.data_ptr(), B.stride(0), C.data_ptr(), C.stride(0), x.data_ptr(), x.stride(0), D,
                          self.spec.conv_width, wt.data_ptr(), 0 if bias is None else bias.data_ptr(), pool.data_ptr(),
-                         y.data_ptr(), D, seqs.data_ptr(), len(seqs))
+                         record_stride(pool), y.data_ptr(), D, seqs.data_ptr(), len(seqs))
         return y

@@ -13,7 +13,7 @@ import torch
 
 from mixboard.dtypes import torch_dtype
 from mixboard.kinds.short_conv import ShortConvSpec, ShortConvWeights
-from mixboard.ops.checks import BackendInputError, expect, expect_slots, expect_state
+from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_slots, expect_state
 
 from .meta import ShortConvMeta
 
@@ -51,6 +51,7 @@ def check_inputs(layer: str, want: Expected, B: Any, C: Any, x: Any, weights: An
     expect_state(layer, state, ("conv",))
     pool = state["conv"]
     expect(layer, "state['conv']", pool, (None, want.hidden, want.width - 1), want.state_dtype, device)
+    expect_pool(layer, "state['conv']", pool)  # slots may sit in larger pages: records apart
     expect_slots(layer, meta.slots_cpu, pool.shape[0], meta.slot_bounds)
     if meta.repeated_slots:
         raise BackendInputError(f"{layer}: state slots {list(meta.repeated_slots)} are each given to more than "
