@@ -90,13 +90,25 @@ def test_block_size_cases_come_only_with_paged_state():
 def test_blocks_are_never_in_increasing_order_but_where_handed_out_in_order(kind):
     for case in cases_of(kind, True):
         for seq in case.seqs:
-            if case.name == "consecutive_slots":
+            if case.name in ("consecutive_slots", "strided_pools"):  # in order, the second over pools in pages
                 assert list(seq.blocks) == sorted(seq.blocks)
             elif len(seq.blocks) > 1:
                 assert list(seq.blocks) != sorted(seq.blocks), (case.id, seq)
     consecutive = next(c for c in cases_of(kind, False) if c.name == "consecutive_slots")
     slots = [consecutive.seq(s).slot for s, _ in consecutive.steps[-1]]
     assert slots == list(range(slots[0], slots[0] + len(slots))) and slots[0] > 1
+
+
+@pytest.mark.parametrize("kind", sorted(SPECS))
+def test_only_strided_pools_lays_pools_in_pages_and_pads_tables_with_a_real_block(kind):
+    cases = cases_of(kind, True)
+    strided = [c for c in cases if c.pools != "contiguous"]
+    assert [c.name for c in strided] == ["strided_pools"]
+    (case,) = strided
+    assert case.steps == next(c for c in cases if c.name == "consecutive_slots").steps
+    owned = {b for s in case.seqs for b in s.blocks}
+    assert case.pad_block not in owned and case.pad_block > 0 and case.pad_block < case.num_blocks
+    assert all(c.pad_block == 0 for c in cases if c is not case)
 
 
 # --------------------------------------------------------------------------- asking for the thorough mode

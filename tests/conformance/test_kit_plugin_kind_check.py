@@ -113,14 +113,14 @@ def test_mixboard_check_serves_a_plugin_kind(env):
     out = run(env, "-m", "mixboard_runner", "check", "decay_torch", "--json")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr
     records = json.loads(out.stdout)
-    assert len(records) == 12 and {r["status"] for r in records} == {"pass"}
+    assert len(records) == 13 and {r["status"] for r in records} == {"pass"}
     assert records[-1]["case"] == "shape-wide[float32]"
 
 
 def test_the_pytest_plugin_serves_it_too(env, tmp_path):
     out = run(env, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--mixboard-backend", "decay_torch", cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:]
-    assert "12 passed" in out.stdout
+    assert "13 passed" in out.stdout
 
 
 def test_listing_backends_does_not_import_the_adapter(env):

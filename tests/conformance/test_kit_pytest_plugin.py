@@ -29,7 +29,7 @@ def pytest_in(folder, *args):
 def test_the_kit_runs_against_an_installed_backend_with_no_test_file(tmp_path):
     out = pytest_in(tmp_path, "--mixboard-backend", "short_conv_torch", "--mixboard-dtype", "float32", "-v")
     assert out.returncode == 0, out.stdout[-3000:]
-    assert "19 passed" in out.stdout
+    assert "20 passed" in out.stdout
     assert "::test_conformance[short_conv_torch:chunked_prefill[float32]] PASSED" in out.stdout
 
 

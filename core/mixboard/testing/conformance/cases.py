@@ -20,6 +20,8 @@ Two modes (``modes.py``). The quick one, the default, runs per dtype (ids ``name
 * ``shared_metadata``: two layers with their own weights and state sharing each step's built metadata
 * ``many_sequences``: 40 sequences, then a step of 33 decodes beside 3 continued prefills and 4 fresh prompts
 * ``consecutive_slots``: decodes of sequences whose slots and blocks were handed out in order
+* ``strided_pools``: ``consecutive_slots`` with the pools laid out as an engine's hybrid cache lays them: each
+  record in a larger page, the padding between records poisoned and checked, block tables padded with a real block
 * ``block_size16``, ``block_size7``: prompts and decodes over blocks of 16 and 7 tokens (paged state only)
 * ``prefill_300``: a 300-token prompt beside short ones, then continued, at the kind's real sizes
 * ``shape-<id>``: prompts, a continued prefill beside a fresh prompt, then decodes, for each swept shape
@@ -44,7 +46,7 @@ from ...state import PAGED
 from . import schedules as S
 from .kinds import KindAdapter
 
-CONTIGUOUS, STRIDED = "contiguous", "strided"
+CONTIGUOUS, STRIDED = "contiguous", "strided"  # how a case lays out its inputs, and its pools (see pages.py)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Case:
     seed: int
     layers: int = 1  # layers sharing each step's metadata (one builder call per step)
     layout: str = CONTIGUOUS  # memory layout of the inputs
+    pools: str = CONTIGUOUS  # of the pools: STRIDED puts each record in a larger page (pages.py)
     thorough: bool = False  # a long case: run in the thorough mode only
 
     @property
@@ -85,6 +88,12 @@ class Case:
     def records(self, layout: str) -> int:
         """Records a pool of ``layout`` needs: blocks (paged) or slots."""
         return self.num_blocks if layout == PAGED else self.num_slots
+
+    @property
+    def pad_block(self) -> int:
+        """The block id that pads the block tables: 0, or in a case laid out as an engine's cache a real
+        block no sequence owns (the last one), as an engine may leave any real id there."""
+        return self.num_blocks - 1 if self.pools == STRIDED else 0
 
 
 def plan_case(name: str, what: str, spec: Any, steps: Sequence[Sequence[tuple[str, int]]], block_size: int,
@@ -168,6 +177,9 @@ def kind_cases(adapter: KindAdapter, spec_cls: type, dtype: str, block_size: int
                   "prompts", base, S.MANY, bs, 9),
         plan_case("consecutive_slots", "decodes whose slots and blocks were handed out in order", base, S.CONSECUTIVE,
                   bs, 10, in_order=True),
+        plan_case("strided_pools", "consecutive_slots with each record of the pools in a larger page (padding "
+                  "poisoned, and checked) and block tables padded with a real block", base, S.CONSECUTIVE, bs, 11,
+                  in_order=True, pools=STRIDED),
     ]
     if paged:
         cases += [plan_case(f"block_size{n}", f"prompts and decodes over blocks of {n} tokens", base, S.BLOCKS, n,

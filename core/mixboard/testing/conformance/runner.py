@@ -31,11 +31,12 @@ from ...registry import Registry, get_registry
 from ...selection import reasons_against
 from ...state import PAGED
 from ..oracles import allocate_state
-from .cases import Case, kind_cases
+from .cases import STRIDED, Case, kind_cases
 from .inputs import draw_inputs, place
 from .isolation import changed_foreign_record, owned_records, poison
 from .kinds import KindAdapter, adapter_of, cast_weights, record_items
 from .modes import is_thorough
+from .pages import Pages, allocate_in_pages
 from .readonly import Received, aliased, changed_inputs, keep_inputs, leaked, same_tensor
 from .tolerances import tolerance_for
 
@@ -221,6 +222,7 @@ class _Layer:
     oracle_weights: Any  # the same values, on the host
     state: dict  # the backend's own layout, poisoned
     oracle_state: dict  # the kind's canonical layout
+    pages: Pages | None = None  # the pages the pools sit in, in a case that lays them out so (pages.py)
 
 
 def block_size_for(case: Case, own_state) -> int:
@@ -239,7 +241,11 @@ def _layers(target: Target, case: Case, env: Environment, device: str, gen: torc
     layers = []
     for i in range(case.layers):
         weights = adapter.weights(spec, gen) if adapter.weights else None
-        state = allocate_state(own, case.records(own.layout), block_size, device)
+        pages = None
+        if case.pools == STRIDED:
+            state, pages = allocate_in_pages(own, case.records(own.layout), block_size, device)
+        else:
+            state = allocate_state(own, case.records(own.layout), block_size, device)
         poison(state)
         layers.append(_Layer(
             impl=_backend(build_impl, target.cls, spec, env, f"conformance.layers.{i}.mixer"),
@@ -248,6 +254,7 @@ def _layers(target: Target, case: Case, env: Environment, device: str, gen: torc
             oracle_weights=cast_weights(weights, dtype, "cpu"),
             state=state,
             oracle_state=allocate_state(canonical, case.records(canonical.layout), block_size, "cpu"),
+            pages=pages,
         ))
     return layers
 
@@ -271,8 +278,8 @@ def _execute(target: Target, case: Case, env: Environment, device: str, tol: flo
         context = [done[name] for name, _ in order]
         tables = [s.blocks[: -(-(c + q) // bs)] for s, c, q in zip(seqs, context, query)]
         slots = [s.slot for s in seqs]
-        common_cpu = CommonBatchMetadata.build(query, context, slots, tables, bs, "cpu")
-        fresh_common = partial(CommonBatchMetadata.build, query, context, slots, tables, bs, device)
+        common_cpu = CommonBatchMetadata.build(query, context, slots, tables, bs, "cpu", case.pad_block)
+        fresh_common = partial(CommonBatchMetadata.build, query, context, slots, tables, bs, device, case.pad_block)
         common = fresh_common()  # the backend's own copy, on its device, through its builder
         received = Received(common)
         with torch.inference_mode():
@@ -294,6 +301,9 @@ def _execute(target: Target, case: Case, env: Environment, device: str, tol: flo
             before = {k: v.clone() for k, v in layer.state.items()}
             with torch.inference_mode():
                 out = _backend(adapter.call, layer.impl, given, layer.weights, layer.state, meta)
+            wrote_between = layer.pages and layer.pages.changed()  # first: it names what the backend did
+            if wrote_between:
+                raise _Failure(f"{where}: {wrote_between}")
             _check_received(out, given, kept, layer, where)
             problem = received.changed("forward") or (alone and leaked(out, *alone, meta, tol))
             if problem:

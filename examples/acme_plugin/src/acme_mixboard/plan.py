@@ -23,7 +23,7 @@ class SeqPlan:
 class AcmePlan:
     num_tokens: int
     block_size: int
-    slot_mapping: torch.Tensor  # int64 [T]: where each new token's k, v go in the flattened cache
+    slot_mapping: torch.Tensor  # int64 [T]: where each new token's k, v go (block * block_size + offset)
     seqs: tuple[SeqPlan, ...]
     block_range: tuple[int, int]  # smallest and largest block id the step touches (checked against the pool)
 
