@@ -1,0 +1,45 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import run  # noqa: E402
+from models import WRITERS  # noqa: E402
+
+OFF = {"MIXBOARD_VLLM": "0"}
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("vllm"))
+
+
+@pytest.fixture(scope="session")
+def checkpoint(workdir):
+    made = {}
+
+    def get(name: str) -> str:
+        if name not in made:
+            made[name] = os.path.join(workdir, name)
+            WRITERS[name](made[name])
+        return made[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def native(workdir, checkpoint):
+    """vLLM's own greedy ids for a model (the integration off), once per session."""
+    done = {}
+
+    def get(name: str) -> list:
+        if name not in done:
+            r = run(workdir, f"{name}_native", checkpoint(name), OFF)
+            assert r.rc == 0, r.log[-3000:]
+            assert "mixboard-vllm plan" not in r.log
+            done[name] = r.ids
+        return done[name]
+
+    return get

@@ -1,0 +1,31 @@
+"""One vLLM engine in its own process: greedy ids for PROMPTS, written as JSON to argv[2].
+
+Five prompts of 3 to 77 tokens, different max_tokens, max_num_seqs=3 and a 48-token budget:
+steps mix decodes with fresh, chunked and continuing prefills. argv[3]: extra LLM() arguments."""
+
+import json
+import sys
+
+PROMPTS = [[(7 * i + 3) % 256 for i in range(n)] for n in (5, 19, 40, 77, 3)]
+MAX_TOKENS = [12, 8, 10, 9, 16]
+# a sixth prompt sharing 70 tokens with the fourth: prefix-cache hits where vLLM caches prefixes
+PROMPTS.append(PROMPTS[3][:70] + [1, 2, 3, 4, 5, 6, 7, 8])
+MAX_TOKENS.append(10)
+
+
+def main():
+    model, out = sys.argv[1], sys.argv[2]
+    extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model, dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
+              gpu_memory_utilization=0.3, max_model_len=256, max_num_seqs=3, max_num_batched_tokens=48,
+              block_size=32, **extra)
+    sps = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in MAX_TOKENS]
+    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], sps, use_tqdm=False)
+    with open(out, "w") as f:
+        json.dump({"ids": [list(o.outputs[0].token_ids) for o in outs]}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Two ranks: the same ids, the same plan on both; a rank that plans differently stops start-up."""
+
+import re
+
+from harness import ok, run
+
+TP2 = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+
+
+def test_two_ranks_same_ids_and_fingerprint(workdir, checkpoint, native):
+    r = ok(run(workdir, "llama_tp2", checkpoint("llama"), TP2, {"tensor_parallel_size": 2}))
+    assert r.ids == native("llama")
+    fps = r.fingerprints
+    assert set(fps) == {0, 1} and fps[0] == fps[1]
+    assert f"all 2 ranks share fingerprint {fps[0]}" in r.log
+
+
+def test_a_rank_that_plans_differently_stops_start_up(workdir, checkpoint):
+    # the skew test plugin serves attention on rank 1 only (tests/skew_plugin)
+    r = run(workdir, "llama_tp2_skew", checkpoint("llama"), {**TP2, "MIXBOARD_VLLM_TEST_SKEW_RANK": "1"},
+            {"tensor_parallel_size": 2})
+    assert r.rc != 0 and r.ids is None
+    fps = r.fingerprints
+    assert set(fps) == {0, 1} and fps[0] != fps[1]
+    m = re.search(r"ranks planned the model differently: rank 0 fingerprint (\w+), rank 1 fingerprint (\w+) "
+                  r"\(model\.layers\.0\.self_attn\.attn: sdpa_cpu vs skew_sdpa", r.log)
+    assert m and m.groups() == (fps[0], fps[1]), r.log[-3000:]
