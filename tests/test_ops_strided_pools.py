@@ -31,6 +31,7 @@ def test_record_stride_accepts_records_apart_and_refuses_what_breaks_a_record():
     pool, _ = in_pages(4, (2, 3))
     assert record_stride(pool) == 3 + 6 + 5
     assert record_stride(torch.zeros(4, 2, 3)) == 6
+    assert record_stride(torch.zeros(4, 2, 3), 6) == 6 and record_stride(pool, 6) == 14  # size given: a shortcut
     assert record_stride(torch.zeros(1, 2, 3)[:, :, :2]) is None  # a record's own elements apart
     assert record_stride(torch.zeros(4, 3, 2).transpose(1, 2)) is None
     assert record_stride(torch.zeros(6).as_strided((4, 2), (1, 1))) is None  # records overlap
@@ -44,7 +45,7 @@ def test_expect_pool_names_the_layer_the_pool_and_what_a_record_must_be():
     assert str(info.value) == ("model.layers.2.mixer: state['conv'] must be [num_records, 2, 3] with each record "
                                "contiguous and records at least one record apart (stride(0) >= 6), got strides [6, 1, 2]")
     pool, _ = in_pages(4, (2, 3))
-    assert expect_pool("layer", "state['ssm']", pool) == 14
+    expect_pool("layer", "state['ssm']", pool)  # records apart: no error
 
 
 def test_write_kv_into_blocks_apart_writes_the_tokens_and_nothing_between():

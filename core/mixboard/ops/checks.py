@@ -39,41 +39,42 @@ def expect(layer: str, what: str, tensor: Any, shape: Sequence[int | None], dtyp
             raise BackendInputError(f"{layer}: {what} must be on {device}, got {tensor.device}")
 
 
-def record_stride(pool: torch.Tensor) -> int | None:
+def record_stride(pool: torch.Tensor, record: int | None = None) -> int | None:
     """Elements from one record of ``pool`` (``[num_records, ...]``) to the
     next, when the pool keeps the state contract: each record contiguous, and
     ``stride(0)`` at least the record's size (records may sit in larger
     pages, apart by padding that is not the pool's). None otherwise.
 
     A C kernel addresses record ``i`` at ``data_ptr + i * record_stride``,
-    never at ``i * record_size``. Contiguous pools, the common case, cost one
-    call here (every layer runs this on every step). A pool of one record
-    gets the record's size: torch reports any stride(0) for a dimension of 1."""
-    if pool.dim() == 0:
+    never at ``i * record_size``. ``record``: the record's size in elements,
+    where the caller knows it from its spec and has checked the pool's shape;
+    a contiguous pool, the common case, then costs one call (every layer asks
+    on every step). A pool of one record gets the record's size: torch
+    reports any stride(0) for a dimension of 1."""
+    if record is not None and pool.is_contiguous():  # records back to back
+        return record
+    shape, strides = pool.shape, pool.stride()  # read once: inside an engine this path runs every layer
+    if not shape:
         return None
-    if pool.shape[0] > 1 and pool.is_contiguous():
-        return pool.stride(0)
     size = 1
-    for n, step in zip(reversed(pool.shape[1:]), reversed(pool.stride()[1:])):
-        if n != 1 and step != size:  # a record's own elements are not back to back
+    for i in range(len(shape) - 1, 0, -1):
+        if shape[i] != 1 and strides[i] != size:  # a record's own elements are not back to back
             return None
-        size *= n
-    if pool.shape[0] <= 1:
+        size *= shape[i]
+    if shape[0] <= 1:
         return size
-    return pool.stride(0) if pool.stride(0) >= size else None  # less: records would overlap
+    return strides[0] if strides[0] >= size else None  # less: records would overlap
 
 
-def expect_pool(layer: str, what: str, pool: torch.Tensor) -> int:
+def expect_pool(layer: str, what: str, pool: torch.Tensor) -> None:
     """Raise BackendInputError unless ``pool`` keeps the state contract (see
-    ``record_stride``); return its record stride in elements."""
-    stride = record_stride(pool)
-    if stride is None:
-        record = list(pool.shape[1:])
-        raise BackendInputError(f"{layer}: {what} must be [num_records, {', '.join(map(str, record))}] with each "
-                                f"record contiguous and "
-                                f"records at least one record apart (stride(0) >= {_numel(record)}), got strides "
-                                f"{list(pool.stride())}")
-    return stride
+    ``record_stride``). A contiguous pool costs one call."""
+    if pool.is_contiguous() or record_stride(pool) is not None:
+        return
+    record = list(pool.shape[1:])
+    raise BackendInputError(f"{layer}: {what} must be [num_records, {', '.join(map(str, record))}] with each record "
+                            f"contiguous and records at least one record apart (stride(0) >= {_numel(record)}), "
+                            f"got strides {list(pool.stride())}")
 
 
 def _numel(shape) -> int:

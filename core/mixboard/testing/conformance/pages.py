@@ -7,10 +7,12 @@ largest layer's. So a pool is ``[num_records, ...]`` with each record
 contiguous and ``stride(0)`` larger than the record, and the bytes between
 records belong to someone else. The case ``strided_pools`` hands a backend
 its pools that way: the pools of a layer share one page per record, each
-starting 16 bytes past the previous one's end (a backend that runs over a
+starting 64 bytes past the previous one's end (a backend that runs over a
 record lands in padding, not in the next pool), and a tail pads the page to
 about 1.5 times its records, so that ``stride(0)`` is no multiple of a
-record. Records and strides stay 16-byte aligned, as an engine's pages are.
+record. Records and strides stay 64-byte aligned (a cache line), as an
+engine's pages are: a kernel's vector loads meet no alignment the engine
+would not give them.
 
 The padding is filled with ``PAD`` and must stay bit for bit as it was: a
 backend that writes through a flat view of the pool, or addresses record
@@ -26,7 +28,7 @@ import torch
 from ...dtypes import torch_dtype
 from ...state import PAGED, StateSpec
 
-ALIGN = 16  # bytes: where records start and how far apart pools are
+ALIGN = 64  # bytes: where records start and how far apart pools are
 PAD = -53.0  # float32, written over the whole page first; finite, unlike the kit's other poison
 
 
@@ -66,7 +68,10 @@ def allocate_in_pages(state_spec: StateSpec, records: int, block_size: int, devi
         size = torch_dtype(t.dtype).itemsize * _numel(shape)
         places.append((name, shape, torch_dtype(t.dtype), at, size))
         at = _up(at + size) + ALIGN
-    page = at + _up((at - ALIGN) // 2)  # a tail: stride(0) is no multiple of a record
+    page = at + _up((at - ALIGN) // 2)  # a tail of about half the records
+    # stride(0) no multiple of a record either (a record that divides ALIGN divides every page: let it be)
+    while any(page % size == 0 for *_, size in places if ALIGN % size):
+        page += ALIGN
     buffer = torch.empty((records, page), dtype=torch.uint8, device=device)
     buffer.view(torch.float32).fill_(PAD)
     state = {name: buffer[:, start:start + size].view(dtype).view(records, *shape)

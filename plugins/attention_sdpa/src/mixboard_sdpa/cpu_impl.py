@@ -17,14 +17,19 @@ from . import _paged_decode  # noqa: E402  (after torch: the kernel then shares 
 
 
 class SdpaCpuAttentionImpl(SdpaAttentionImpl):
+    _blocks: tuple[int, int] = (0, 0)  # this forward's block strides of k_cache and v_cache, set by _write
+
     def _write(self, k_cache, v_cache, meta: SdpaMeta, k, v) -> None:
         row = self.spec.num_kv_heads * self.spec.head_size
+        # Each block is contiguous (check_inputs holds the pools to the state contract); blocks are stride(0) apart.
+        # Worked out once per forward (forward calls _write first), one call each for contiguous pools.
+        block = k_cache.shape[1] * row
+        self._blocks = (record_stride(k_cache, block), record_stride(v_cache, block))
         slots = meta.slot_mapping  # int64, checked against the pool's blocks by check_inputs
         if not (k.stride(2) == v.stride(2) == 1 and k.stride(1) == v.stride(1) == self.spec.head_size
                 and slots.is_contiguous()):
             return super()._write(k_cache, v_cache, meta, k, v)
-        # the pools' records (blocks) are contiguous: check_inputs holds them to the state contract
-        _paged_decode.write(k_cache.data_ptr(), record_stride(k_cache), v_cache.data_ptr(), record_stride(v_cache),
+        _paged_decode.write(k_cache.data_ptr(), self._blocks[0], v_cache.data_ptr(), self._blocks[1],
                             k_cache.shape[1], slots.data_ptr(), k.shape[0], row, k.data_ptr(), k.stride(0),
                             v.data_ptr(), v.stride(0))
 
@@ -50,8 +55,8 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
             rows_q = rows_q.contiguous()
         # int32 and contiguous: CommonBatchMetadata and build_meta make them so
         _paged_decode.decode(rows_q.data_ptr(), rows_q.stride(0), rows_q.shape[0], spec.num_heads, spec.num_kv_heads,
-                             spec.head_size, k_cache.data_ptr(), record_stride(k_cache), v_cache.data_ptr(),
-                             record_stride(v_cache), k_cache.shape[1], table.data_ptr(), table.stride(0),
+                             spec.head_size, k_cache.data_ptr(), self._blocks[0], v_cache.data_ptr(),
+                             self._blocks[1], k_cache.shape[1], table.data_ptr(), table.stride(0),
                              seq_lens.data_ptr(), out[first_out:].data_ptr(), out.stride(0), float(self.scale),
                              self.window or 0, float(spec.logits_soft_cap or 0.0),
                              0 if table_rows is None else table_rows.data_ptr())

@@ -36,7 +36,8 @@ class Mamba1CpuImpl(Mamba1TorchImpl):
             _decode_step.step(x.data_ptr(), x.stride(0), z.data_ptr(), z.stride(0), n, D, spec.d_state, spec.dt_rank,
                               spec.d_conv, conv_w.data_ptr(), 0 if conv_b is None else conv_b.data_ptr(),
                               xproj_t.data_ptr(), dt_p.data_ptr(), dt_b.data_ptr(), A2.data_ptr(), skip.data_ptr(),
-                              conv.data_ptr(), record_stride(conv), ssm.data_ptr(), record_stride(ssm),
+                              conv.data_ptr(), record_stride(conv, D * (spec.d_conv - 1)), ssm.data_ptr(),
+                              record_stride(ssm, D * spec.d_state),
                               slots.data_ptr(), y.data_ptr(), y.stride(0))
         return y
 

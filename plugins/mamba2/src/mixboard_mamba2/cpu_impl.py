@@ -37,7 +37,8 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         T, D = xBC.shape
         out = torch.empty(T, D)
         _prefill.conv(xBC.data_ptr(), xBC.stride(0), D, self.spec.d_conv, wt.data_ptr(),
-                      0 if bias is None else bias.data_ptr(), conv_pool.data_ptr(), record_stride(conv_pool),
+                      0 if bias is None else bias.data_ptr(), conv_pool.data_ptr(),
+                      record_stride(conv_pool, D * (self.spec.d_conv - 1)),
                       out.data_ptr(), D, seqs.data_ptr(), len(seqs))
         return out
 
@@ -50,8 +51,8 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         A = A.contiguous()
         _prefill.ssd(x.data_ptr(), x.stride(0), B.data_ptr(), C.data_ptr(), B.stride(0), dts.data_ptr(),
                      dts.stride(0), A.data_ptr(), spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state,
-                     ssm_pool.data_ptr(), record_stride(ssm_pool), y.data_ptr(), y.stride(0), runs.data_ptr(),
-                     len(runs))
+                     ssm_pool.data_ptr(), record_stride(ssm_pool, spec.num_heads * spec.head_dim * spec.d_state),
+                     y.data_ptr(), y.stride(0), runs.data_ptr(), len(runs))
 
     def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
         spec = self.spec

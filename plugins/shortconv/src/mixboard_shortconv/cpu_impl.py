@@ -32,5 +32,6 @@ class ShortConvCpuImpl(ShortConvTorchImpl):
         y = torch.empty(T, D)
         _gated_conv.step(B.data_ptr(), B.stride(0), C.data_ptr(), C.stride(0), x.data_ptr(), x.stride(0), D,
                          self.spec.conv_width, wt.data_ptr(), 0 if bias is None else bias.data_ptr(), pool.data_ptr(),
-                         record_stride(pool), y.data_ptr(), D, seqs.data_ptr(), len(seqs))
+                         record_stride(pool, D * (self.spec.conv_width - 1)), y.data_ptr(), D, seqs.data_ptr(),
+                         len(seqs))
         return y
