@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -73,15 +74,8 @@ def expect_pool(layer: str, what: str, pool: torch.Tensor) -> None:
         return
     record = list(pool.shape[1:])
     raise BackendInputError(f"{layer}: {what} must be [num_records, {', '.join(map(str, record))}] with each record "
-                            f"contiguous and records at least one record apart (stride(0) >= {_numel(record)}), "
+                            f"contiguous and records at least one record apart (stride(0) >= {math.prod(record)}), "
                             f"got strides {list(pool.stride())}")
-
-
-def _numel(shape) -> int:
-    size = 1
-    for n in shape:
-        size *= n
-    return size
 
 
 def expect_state(layer: str, state: Any, names: Sequence[str]) -> None:
