@@ -41,6 +41,19 @@ def _layer_spec(name: str, layer) -> tuple[str, Any] | None:
 
 class ProcessPlan:
     def __init__(self, vllm_config):
+        # Every rank reaches the fingerprint gather, having planned or not: a rank that raised
+        # before it would leave the others waiting there until gloo's timeout.
+        self.rank, self.world = compat.rank_world()
+        try:
+            self._make(vllm_config)
+        except StartupError as exc:
+            ranks.check_same_plan(self.rank, self.world, None, str(exc))
+            raise
+        ranks.check_same_plan(self.rank, self.world, self.plan)
+        if self.world > 1:
+            init_log().info("mixboard-vllm: all %d ranks share fingerprint %s", self.world, self.plan.fingerprint)
+
+    def _make(self, vllm_config):
         from mixboard import get_registry
         from mixboard.environment import for_device
         from mixboard.errors import MixboardError
@@ -69,7 +82,6 @@ class ProcessPlan:
                 f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; mixboard has no kind for them, "
                 "or (on CUDA) vLLM was not started with --attention-backend CUSTOM; set MIXBOARD_VLLM=0 "
                 "to let vLLM run the whole model")
-        self.rank, self.world = compat.rank_world()
         try:
             self.plan = registry.plan(layers, self.env, os.environ.get("MIXBOARD_BACKEND") or None,
                                       os.environ.get("MIXBOARD_PREFER") or None)
@@ -87,21 +99,21 @@ class ProcessPlan:
                 lp = self.plan.layer(lname)
                 self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, cls.make_impl(lp.spec, self.env),
                                           gid, group.state_spec)
-        from vllm.logger import init_logger
-
-        log = init_logger("vllm.mixboard")
-        log.info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms):\n%s",
+        init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms):\n%s",
                  self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
                  len(self.plan.groups), (time.perf_counter() - t0) * 1e3, table.render(self.plan))
-        ranks.check_same_plan(self.rank, self.world, self.plan)
-        if self.world > 1:
-            log.info("mixboard-vllm: all %d ranks share fingerprint %s", self.world, self.plan.fingerprint)
 
     def layer(self, name: str) -> Bound:
         try:
             return self.bound[name]
         except KeyError:
             raise StartupError(f"mixboard-vllm: layer {name!r} is not in this process's plan") from None
+
+
+def init_log():
+    from vllm.logger import init_logger
+
+    return init_logger("vllm.mixboard")
 
 
 def process_plan(vllm_config=None) -> ProcessPlan:

@@ -13,15 +13,23 @@ def _differences(a: list, b: list, limit: int = 3) -> str:
     return "; ".join(diff[:limit]) + (f"; ... ({len(diff)} layers differ)" if len(diff) > limit else "")
 
 
-def check_same_plan(rank: int, world: int, plan) -> None:
-    """All ranks plan at the same point of start-up (first KV-spec query), so the collective is safe."""
+def check_same_plan(rank: int, world: int, plan, failure: str | None = None) -> None:
+    """All ranks plan at the same point of start-up (first KV-spec query), so the collective is safe.
+    A rank that could not plan still takes part (``plan`` None, ``failure`` its reason), so that the
+    others stop naming it instead of waiting; the failing rank raises its own error afterwards."""
     if world <= 1:
         return
     import torch.distributed as dist
 
-    mine = (rank, plan.fingerprint, [(lp.name, lp.backend) for lp in plan.layers])
+    mine = (rank, None, [], failure) if plan is None else (
+        rank, plan.fingerprint, [(lp.name, lp.backend) for lp in plan.layers], None)
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine, group=compat.world_cpu_group())
+    if failure is not None:
+        return
+    for other in gathered:
+        if other[3] is not None:
+            raise StartupError(f"mixboard-vllm: rank {other[0]} could not plan the model: {other[3]}")
     ref = gathered[0]
     for other in gathered[1:]:
         if other[1] != ref[1]:
