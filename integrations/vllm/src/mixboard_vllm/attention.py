@@ -12,12 +12,13 @@ from typing import ClassVar
 
 import torch
 from vllm.v1.attention.backend import (
-    AttentionBackend, AttentionCGSupport, AttentionImpl, AttentionMetadataBuilder, AttentionType, MultipleOf,
+    AttentionBackend, AttentionImpl, AttentionType, MultipleOf,
 )
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
 from . import compat, state
 from .batch import StepMeta, build_step, to_common
+from .builder import GroupsBuilder
 from .errors import StartupError
 from .plan import process_plan
 
@@ -73,18 +74,11 @@ class MixboardCustomAttentionBackend(MixboardAttentionBackend):
         return "CUSTOM"
 
 
-class MixboardAttentionBuilder(AttentionMetadataBuilder[StepMeta]):
-    # CUDA graphs: never, until mixboard backends can say they can be captured (docs/vllm.md)
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
-
+class MixboardAttentionBuilder(GroupsBuilder):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        compat.decodes_first(self)
-        plan = process_plan(vllm_config)
-        self.groups = sorted({plan.layer(n).group for n in layer_names})
-        self.builders = plan.builders
         self.block_size = kv_cache_spec.block_size
-        need = plan.plan.block_multiple
+        need = self.plan.plan.block_multiple
         if self.block_size % need:
             raise StartupError(f"mixboard-vllm: layers {layer_names[0]}...: vLLM's block size {self.block_size} is not "
                                f"a multiple of {need}, which the planned attention backends need; pass "

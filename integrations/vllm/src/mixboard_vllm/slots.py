@@ -3,25 +3,14 @@ builder per KV cache group, and it gives each request's state slot with the comm
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from vllm.v1.attention.backend import AttentionBackend, AttentionCGSupport, AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionBackend
 
 from . import compat
 from .batch import StepMeta, build_step, to_common
-from .plan import process_plan
+from .builder import GroupsBuilder
 
 
-class MixboardSlotsBuilder(AttentionMetadataBuilder[StepMeta]):
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
-
-    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
-        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        compat.decodes_first(self)
-        plan = process_plan(vllm_config)
-        self.groups = sorted({plan.layer(n).group for n in layer_names})
-        self.builders = plan.builders
-
+class MixboardSlotsBuilder(GroupsBuilder):
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False) -> StepMeta:
         slots = compat.state_slots(common_attn_metadata, self.kv_cache_spec, self.vllm_config)
         common = to_common(common_attn_metadata, 1, paged=False, slots=slots)
