@@ -231,6 +231,30 @@ def test_backend_state_spec_override_is_used():
     assert sel.state_spec.tensors[0][0] == "kv"
 
 
+DEFAULT_STATE_SCRIPT = """
+import mixboard.registry
+from mixboard import AttentionSpec, Backend
+from mixboard.kinds import ATTENTION
+
+class Plain(Backend):
+    name, kind, devices, dtypes, api_version = "plain", "attention", ("*",), ("float32",), 1
+
+assert Plain.state_spec(AttentionSpec()) == ATTENTION.state_spec(AttentionSpec())
+print(mixboard.registry._REGISTRY is None)
+"""
+
+
+def test_the_default_state_spec_is_the_kinds_without_loading_plugins():
+    out = subprocess.run([sys.executable, "-c", DEFAULT_STATE_SCRIPT], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True"]  # the registry (an entry-point scan) was never built
+
+
+def test_the_default_state_spec_of_a_kind_a_plugin_defines_names_where_it_lives():
+    ema = make("ema_torch", kind="ema")
+    with pytest.raises(UsageError, match=r"kind 'ema', which is not built in.*registry.kind\('ema'\)"):
+        ema.state_spec(AttentionSpec())
+
+
 FINGERPRINT_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})

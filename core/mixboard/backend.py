@@ -34,8 +34,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
+from .errors import UsageError
+from .kinds import builtin_kind
+
 if TYPE_CHECKING:
     from .environment import Environment
+    from .kinds import Kind
     from .metadata import CommonBatchMetadata
     from .state import StateSpec
 
@@ -123,10 +127,16 @@ class Backend:
 
         The default is the kind's canonical layout; override to keep state
         in another layout (the runner allocates pools from this alone).
+        A kind a plugin defines is known only to the registry that loaded
+        it, so for such a kind the registry and the conformance kit fill in
+        the default themselves (``state_of``); called directly, this
+        default knows the built-in kinds alone.
         """
-        from .registry import get_registry
-
-        return get_registry().kind(cls.kind).state_spec(spec)
+        kind = builtin_kind(cls.kind)
+        if kind is None:
+            raise UsageError(f"backend {cls.name!r} serves kind {cls.kind!r}, which is not built in: its default state "
+                             f"is that of the kind the registry loaded (registry.kind({cls.kind!r}).state_spec(spec))")
+        return kind.state_spec(spec)
 
     @classmethod
     def builder(cls, spec: Any, env: "Environment") -> Callable[["CommonBatchMetadata"], Any]:
@@ -147,3 +157,15 @@ class Backend:
         subclass of the kind's impl interface (``mixboard.AttentionImpl``,
         ...), one per layer. Import heavy modules here, not at module level."""
         raise NotImplementedError(f"backend {cls.name!r} does not implement make_impl")
+
+
+def declares_state_spec(backend: type) -> bool:
+    """Whether ``backend`` keeps state in a layout of its own (overrides ``state_spec``)."""
+    return getattr(backend.state_spec, "__func__", None) is not Backend.state_spec.__func__
+
+
+def state_of(backend: type, kind: "Kind", spec: Any) -> "StateSpec":
+    """The state a layer of ``spec`` keeps with ``backend``: its own layout
+    where it declares one, else the canonical layout of ``kind`` (the kind
+    object the caller resolved, a plugin's kind included)."""
+    return backend.state_spec(spec) if declares_state_spec(backend) else kind.state_spec(spec)

@@ -11,7 +11,7 @@ import difflib
 from fnmatch import fnmatchcase
 from typing import Any, Iterable
 
-from .backend import Backend
+from .backend import state_of
 from .devices import Device
 from .environment import Environment, detect
 from .errors import SelectionError, UsageError
@@ -142,9 +142,9 @@ class Registry:
                 if c.name in passed_over:  # say why a preference did not take
                     why = (f"preferred by rule {passed_over[c.name]!r} but cannot serve it",) + why
                 rejected[c.name] = why
-            return Selection(kind, spec, env, entry, self._state_spec(entry, kind_obj, spec), candidates, rejected,
+            return Selection(kind, spec, env, entry, state_of(entry.cls, kind_obj, spec), candidates, rejected,
                              rule, preferred_by)
-        return Selection(kind, spec, env, entry, self._state_spec(entry, kind_obj, spec), candidates, rejected, rule)
+        return Selection(kind, spec, env, entry, state_of(entry.cls, kind_obj, spec), candidates, rejected, rule)
 
     def _preferred(self, candidates, preferred, kind: str, where: str):
         """(winner, the preference rule that picked it or None, {backend passed over: its rule}):
@@ -172,12 +172,6 @@ class Registry:
             raise UsageError(f"rule {rule!r} {verb} backend {name!r}, which serves {entry.cls.kind}, "
                              f"onto {where} of kind {kind}")
         return entry
-
-    @staticmethod
-    def _state_spec(entry: BackendEntry, kind: Kind, spec: Any):
-        if getattr(entry.cls.state_spec, "__func__", None) is Backend.state_spec.__func__:
-            return kind.state_spec(spec)
-        return entry.cls.state_spec(spec)
 
     @staticmethod
     def _nothing_serves(kind: Kind, where: str, env: Environment, candidates) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from ...backend import ANY_DEVICE, Backend
+from ...backend import ANY_DEVICE, Backend, declares_state_spec
 from ...dtypes import torch_dtype
 from ...environment import Environment, detect, for_device, known_devices
 from ...errors import UsageError
@@ -156,7 +156,7 @@ def environment(target: Target, device: str | None) -> tuple[str, Environment | 
 def state_spec(target: Target, spec: Any):
     """The backend's own state layout (its ``state_spec``, else the kind's canonical one)."""
     cls = target.cls
-    if getattr(cls.state_spec, "__func__", None) is Backend.state_spec.__func__:
+    if not declares_state_spec(cls):
         return target.kind.state_spec(spec)
     return _backend(cls.state_spec, spec)
 
