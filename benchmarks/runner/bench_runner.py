@@ -77,7 +77,8 @@ from mixboard_runner.engine import Engine
 from mixboard_runner.sampling import SamplingParams
 torch.manual_seed(1)
 ids = torch.randint(0, 32000, ({batch}, {prompt})).tolist()
-engine = Engine({path!r}, cache_memory={cache}, max_batched_tokens={batch} * {prompt}, max_seqs={batch})
+engine = Engine({path!r}, cache_memory={cache}, max_batched_tokens={batch} * {prompt}, max_seqs={batch},
+                reuse_host_memory=True)  # as `mixboard run` does
 engine.generate(ids, SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up, the whole batch as transformers
 engine.generate(ids, SamplingParams(max_tokens={new}, ignore_eos=True))
 s = engine.stats

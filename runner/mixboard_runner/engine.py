@@ -100,9 +100,11 @@ class Engine:
     def __init__(self, model: str | Path | None = None, *, device: str = "cpu", dtype: str = "float32",
                  backend: str | None = None, prefer: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
                  max_batched_tokens: int = 2048, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None,
-                 registry=None, reuse_host_memory: bool | None = None, allow_nonfinite_weights: bool = False):
+                 registry=None, reuse_host_memory: bool = False, allow_nonfinite_weights: bool = False):
         """``reuse_host_memory``: keep large freed blocks in the process's heap
-        for reuse (glibc only; see host_memory.py). Default: on for CPU devices.
+        for reuse (glibc only; see host_memory.py). Off by default: it
+        changes the whole process's allocator, which a library must not do
+        unasked; ``mixboard run``, a whole program, asks for it.
         ``allow_nonfinite_weights``: load weights holding NaN or Inf (with a
         warning) instead of refusing them. ``backend`` forces backends and
         ``prefer`` prefers them where they can serve (rules as ``mixboard run
@@ -124,14 +126,11 @@ class Engine:
         max_seqs = checks.integer("max_seqs", max_seqs, 1)
         max_batched_tokens = checks.integer("max_batched_tokens", max_batched_tokens, 1)
         block_size = checks.integer("block_size", block_size, 1, 1 << 20)
-        if reuse_host_memory is not None:
-            checks.flag("reuse_host_memory", reuse_host_memory)
+        checks.flag("reuse_host_memory", reuse_host_memory)
         checks.flag("allow_nonfinite_weights", allow_nonfinite_weights)
         self.env = for_device(device)
         self.device = torch.device(device)
         _check_fits_memory(cache_memory, self.device)
-        if reuse_host_memory is None:
-            reuse_host_memory = self.device.type == "cpu"
         if reuse_host_memory:
             reuse_freed_memory()
         self.registry = registry or get_registry()

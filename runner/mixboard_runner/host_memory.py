@@ -3,12 +3,11 @@
 glibc gives large blocks back to the OS when they are freed (``munmap`` of
 blocks over its mmap threshold, trimming of the heap's top past its trim
 threshold; both thresholds start small and adjust themselves). A step's
-large temporaries are then page-faulted in afresh on every step. Measured
-here: a batch-16 Mamba-2 prefill step (4,096 tokens) took ~660,000 minor
-page faults and 5.4 s; with the settings below, 51 faults and 4.1 s. Fixed,
-higher thresholds let freed blocks stay in the heap and be reused. It
-changes the whole process's allocator, so the Engine does it only when asked
-(``reuse_host_memory``, on by default for CPU devices) and only on glibc.
+large temporaries are then page-faulted in afresh on every step (what that
+costs: benchmarks/README.md). Fixed, higher thresholds let freed blocks stay
+in the heap and be reused. It changes the whole process's allocator, so the
+Engine does it only when asked (``Engine(reuse_host_memory=True)``, as
+``mixboard run`` does) and only on glibc.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The runner's inference-time projections: fused and oneDNN products against
-torch's F.linear, what stays shared, and the allocator setting (the panels
-kernel: test_panels.py)."""
+torch's F.linear, and what stays shared (the panels kernel: test_panels.py)."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -70,19 +65,3 @@ def test_a_column_major_table_looks_up_and_projects_as_the_row_major_one():
     for rows in (1, 16):
         x = torch.randn(rows, 64)
         torch.testing.assert_close(head(x), F.linear(x, table), atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("reuse, expected", [(None, "True"), (False, "False")])
-def test_the_engine_keeps_freed_memory_on_cpu_unless_told_not_to(reuse, expected):
-    script = textwrap.dedent(f"""
-        import platform
-        from mixboard_runner import host_memory
-        from mixboard_runner.engine import Engine
-        Engine("demo", reuse_host_memory={reuse})
-        print(platform.libc_ver()[0], host_memory._done)
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    libc, done = out.stdout.split()
-    if libc != "glibc":
-        pytest.skip("the setting is glibc's")
-    assert done == expected
