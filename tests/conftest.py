@@ -5,9 +5,16 @@ import sys
 
 import pytest
 
+from compiled_kernels import missing_kernels_line, required
 from distfactory import entry_points_from, forget_modules, write_distribution
 
 _counter = itertools.count()
+
+
+def pytest_sessionstart(session):
+    """Under MIXBOARD_REQUIRE_KERNELS=1 (CI) a kernel that did not build fails the run instead of skipping its tests."""
+    if required() and (line := missing_kernels_line()):
+        pytest.exit(line, returncode=1)
 
 
 @pytest.fixture
