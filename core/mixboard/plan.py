@@ -97,16 +97,20 @@ class Plan:
                 return layer
         raise KeyError(name)
 
-    @cached_property
-    def fingerprint(self) -> str:
-        """Stable across processes: layer names, kinds, specs, backends and
-        the distribution and version each backend came from."""
+    def fingerprint_rows(self) -> list[list]:
+        """What the fingerprint hashes, one row per layer: name, kind, spec, backend, and the
+        distribution and version the backend came from (plain JSON values)."""
         rows = []
         for layer in self.layers:
             entry = layer.selection.chosen
             rows.append([layer.name, layer.kind, layer.spec.to_dict(), entry.name, entry.distribution, entry.version])
-        blob = json.dumps(rows, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return rows
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Stable across processes: layer names, kinds, specs, backends and
+        the distribution and version each backend came from."""
+        return fingerprint_of(self.fingerprint_rows())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,3 +119,10 @@ class Plan:
             "layers": [layer.to_dict() for layer in self.layers],
             "groups": [group.to_dict() for group in self.groups],
         }
+
+
+def fingerprint_of(rows: list[list]) -> str:
+    """The fingerprint of ``Plan.fingerprint_rows``; an engine that plans a model in parts
+    (pipeline stages) joins the parts' rows in layer order and gets the whole model's."""
+    blob = json.dumps(rows, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

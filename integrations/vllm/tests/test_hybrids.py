@@ -2,6 +2,8 @@
 block-strided; the integration passes those views as they are where mixboard's contract takes pools
 strided in dim 0, and refuses the model at start-up, saying why, where it does not."""
 
+import re
+
 import pytest
 
 from harness import ok, run
@@ -26,3 +28,31 @@ def test_lfm2_vllm_native_against_transformers(checkpoint, native):
     same = [a == b for a, b in zip(ours, theirs)]
     print(f"LFM2: vLLM native equals transformers on {sum(same)} of {len(same)} prompts")
     assert len(same) == 6 and sum(same) >= 4
+
+
+def prefix_hit(steps: list[str], cached: int, new: int) -> bool:
+    """Some step started a request from ``cached`` tokens of the prefix cache: q=new with ctx=cached."""
+    for s in steps:
+        q = [int(x) for x in re.search(r"q=\[([^\]]*)\]", s).group(1).split(", ")]
+        c = [int(x) for x in re.search(r"ctx=\[([^\]]*)\]", s).group(1).split(", ")]
+        if any(qi == new and ci == cached for qi, ci in zip(q, c)):
+            return True
+    return False
+
+
+def test_hybrid_with_prefix_caching_and_layer_rules(workdir, checkpoint, native):
+    """vLLM's 'align' mode for hybrids: a request sharing a prefix starts from cached attention
+    blocks and the saved state at their end. The rules put the example vendor's attention on one
+    layer and the portable mamba2 on another, beside the priority's choices."""
+    rules = "model.layers.1.*=acme_attn,model.layers.2.*=mamba2_torch"
+    r = ok(run(workdir, "granite_hybrid_prefix", checkpoint("granite_hybrid"), {"MIXBOARD_BACKEND": rules},
+               {"enable_prefix_caching": True}))
+    assert r.ids == native("granite_hybrid")
+    assert r.table == {
+        "model.layers.0.mixer": ("mamba2", "mamba2_cpu", "highest priority available"),
+        "model.layers.1.self_attn.attn": ("attention", "acme_attn", "forced by model.layers.1.*=acme_attn"),
+        "model.layers.2.mixer": ("mamba2", "mamba2_torch", "forced by model.layers.2.*=mamba2_torch"),
+        "model.layers.3.self_attn.attn": ("attention", "sdpa_cpu", "highest priority available"),
+    }
+    # the sixth prompt (78 tokens) shares 70 with the fourth: vLLM (64-token blocks here) finds 64 cached
+    assert prefix_hit(r.steps, 64, 14), "no prefix-cache hit: the prompts or vLLM's block size changed"

@@ -12,11 +12,16 @@ NATIVE = "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend"
 
 @pytest.fixture
 def fresh(monkeypatch):
-    """register() as in a new process; vLLM's registry restored afterwards."""
+    """register() as in a new process; vLLM's registries and torch's module hooks restored afterwards."""
+    from torch.nn.modules import module
+    from vllm.model_executor import custom_op
     from vllm.v1.attention.backends import registry
 
     monkeypatch.setattr(mixboard_vllm, "_registered", False)
     monkeypatch.setattr(registry, "_ATTN_OVERRIDES", dict(registry._ATTN_OVERRIDES))
+    monkeypatch.setattr(custom_op, "op_registry_oot", {
+        name: cls for name, cls in custom_op.op_registry_oot.items() if not cls.__module__.startswith("mixboard_vllm")})
+    monkeypatch.setattr(module, "_global_module_registration_hooks", type(module._global_module_registration_hooks)())
     return registry
 
 
@@ -63,3 +68,27 @@ def test_unsupported_vllm_is_an_error_under_strict_plugins(fresh, monkeypatch):
     with pytest.raises(RuntimeError, match="supports vLLM >=0.32,<0.33, this is vLLM 0.99.0"):
         mixboard_vllm.register()
     assert AttentionBackendEnum.CPU_ATTN.get_path() == NATIVE
+
+
+def test_a_layer_vllm_would_run_itself_fails_start_up_as_it_is_built(fresh, monkeypatch, checkpoint):
+    """What happens on CUDA without --attention-backend CUSTOM, or when a model hands Attention
+    vLLM's own backend class: the layer is refused by name as the model assigns it."""
+    import torch
+    from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    from mixboard_vllm.errors import StartupError
+
+    monkeypatch.delenv("MIXBOARD_VLLM", raising=False)
+    mixboard_vllm.register()
+    config = VllmConfig(model_config=ModelConfig(model=checkpoint("llama"), dtype="float32", skip_tokenizer_init=True))
+    with set_current_vllm_config(config):
+        ours = Attention(num_heads=2, head_size=64, scale=0.125, prefix="model.layers.0.self_attn.attn")
+        theirs = Attention(num_heads=2, head_size=64, scale=0.125, prefix="model.layers.1.self_attn.attn",
+                           attn_backend=CPUAttentionBackend)
+    model = torch.nn.Module()
+    model.ours = ours  # mixboard's backend: accepted
+    with pytest.raises(StartupError, match=r"^mixboard-vllm: layer model\.layers\.1\.self_attn\.attn got vLLM's own "
+                                           r"attention backend CPU_ATTN, not mixboard's: .*--attention-backend CUSTOM"):
+        model.theirs = theirs

@@ -25,3 +25,14 @@ def test_a_rank_that_plans_differently_stops_start_up(workdir, checkpoint):
     m = re.search(r"ranks planned the model differently: rank 0 fingerprint (\w+), rank 1 fingerprint (\w+) "
                   r"\(model\.layers\.0\.self_attn\.attn: sdpa_cpu vs skew_sdpa", r.log)
     assert m and m.groups() == (fps[0], fps[1]), r.log[-3000:]
+
+
+def test_a_rank_that_cannot_plan_stops_start_up_on_every_rank(workdir, checkpoint):
+    # skew_sdpa exists on rank 1 only, so forcing it fails rank 0's plan; rank 1 must name rank 0's
+    # reason instead of waiting in the fingerprint gather until gloo's timeout
+    env = {**TP2, "MIXBOARD_VLLM_TEST_SKEW_RANK": "1", "MIXBOARD_BACKEND": "attention=skew_sdpa"}
+    r = run(workdir, "llama_tp2_cannot_plan", checkpoint("llama"), env, {"tensor_parallel_size": 2}, timeout=300)
+    assert r.rc != 0 and r.ids is None
+    assert set(r.fingerprints) == {1}, r.log[-3000:]  # only rank 1 planned
+    assert re.search(r"mixboard-vllm: rank 0 could not plan the model: .*skew_sdpa", r.log), r.log[-3000:]
+    assert "start-up refused: mixboard-vllm:" in r.log

@@ -48,7 +48,9 @@ def register() -> None:
         return
     from . import compat
     from .layers import register_layers
+    from .plan import refuse_foreign
 
     compat.override_attention_backend()
+    compat.on_mixer_layer_built(refuse_foreign)
     kinds = ["attention", *register_layers()]
     _logger().info("mixboard-vllm %s: %s layers run through mixboard's registry", __version__, ", ".join(kinds))

@@ -3,8 +3,10 @@ metadata builder (not per layer), for every backend and kind alike.
 
 vLLM orders a batch decode -> short extend -> long extend -> fresh prefill (compat.decodes_first),
 so its leading rows with one token and a context are mixboard's decodes. Prefix-cache hits show
-up as context, as they should. ``MIXBOARD_VLLM_TRACE=FILE`` appends one line per step (the
-batch's shape), for debugging and for the tests.
+up as context, as they should. The per-sequence arithmetic is done on Python ints: a step has a
+few dozen sequences, and torch's per-op cost on such tiny tensors is what this step paid before.
+``MIXBOARD_VLLM_TRACE=FILE`` appends one line per step (the batch's shape), for debugging and
+for the tests.
 """
 
 from __future__ import annotations
@@ -16,49 +18,66 @@ import torch
 
 from mixboard.metadata import CommonBatchMetadata
 
+from . import compat
+
 TRACE = os.environ.get("MIXBOARD_VLLM_TRACE")
+
+
+def _block_range(table_cpu: torch.Tensor, seq: list[int], block_size: int) -> tuple[int, int]:
+    """Smallest and largest block id the sequences own: each row's first ceil(seq / block_size)."""
+    lo, hi = None, None
+    for row, s in zip(table_cpu.tolist(), seq):
+        used = row[: -(-s // block_size)]
+        if used:
+            a, b = min(used), max(used)
+            lo = a if lo is None or a < lo else lo
+            hi = b if hi is None or b > hi else hi
+    return (lo, hi) if lo is not None else (0, -1)
 
 
 def to_common(cm, block_size: int, *, paged: bool, slots: torch.Tensor | None = None) -> CommonBatchMetadata:
     """``slots``: each request's state slot (slot-state groups); paged groups get zeros."""
-    n, T = cm.num_reqs, cm.num_actual_tokens
-    qsl, qsl_cpu = cm.query_start_loc[: n + 1], cm.query_start_loc_cpu[: n + 1]
-    seq = cm.seq_lens[:n]
-    # exact unless async speculative decoding, which the builders refuse (compat.decodes_first)
-    seq_cpu = seq if seq.device.type == "cpu" else cm.seq_lens_cpu_upper_bound[:n]
-    qlen_cpu = qsl_cpu[1:] - qsl_cpu[:-1]
-    ctx_cpu = (seq_cpu - qlen_cpu).to(torch.int32)
-    is_decode = (qlen_cpu == 1) & (ctx_cpu > 0)
-    nd = int(is_decode.sum())
-    if nd and not bool(is_decode[:nd].all()):
-        raise RuntimeError(f"mixboard-vllm: vLLM's batch is not decodes-first (query lengths {qlen_cpu.tolist()}, "
-                           f"contexts {ctx_cpu.tolist()}): this vLLM does not reorder as compat.py expects")
-    state_slots = (slots[:n].to(torch.int32).contiguous() if slots is not None
-                   else torch.zeros(n, dtype=torch.int32, device=seq.device))
-    if paged:
-        table = cm.block_table_tensor[:n]
-        table_cpu = table if table.device.type == "cpu" else table.cpu()
-        used = (seq_cpu + block_size - 1) // block_size
-        ids = table_cpu[torch.arange(table_cpu.shape[1])[None, :] < used[:, None]]
-        block_range = (int(ids.min()), int(ids.max())) if ids.numel() else (0, -1)
-        slot_mapping = cm.slot_mapping[:T].long()
+    b = compat.step_batch(cm)
+    n, device = b.num_reqs, b.seq_lens.device
+    qsl = b.query_start_loc_cpu.tolist()
+    seq = b.seq_lens_cpu.tolist()
+    qlen = [qsl[i + 1] - qsl[i] for i in range(n)]
+    ctx = [s - q for s, q in zip(seq, qlen)]
+    nd = 0
+    while nd < n and qlen[nd] == 1 and ctx[nd] > 0:
+        nd += 1
+    if any(q == 1 and c > 0 for q, c in zip(qlen[nd:], ctx[nd:])):
+        raise RuntimeError(f"mixboard-vllm: vLLM's batch is not decodes-first (query lengths {qlen}, contexts {ctx}): "
+                           "this vLLM does not reorder as compat.py expects")
+    ctx_cpu = torch.tensor(ctx, dtype=torch.int32)
+    if slots is not None:
+        state_slots = slots[:n].to(torch.int32).contiguous()
+        state_slots_cpu = state_slots if device.type == "cpu" else state_slots.cpu()
     else:
-        table = torch.zeros((n, 1), dtype=torch.int32, device=seq.device)
-        table_cpu = table.cpu()
+        state_slots_cpu = torch.zeros(n, dtype=torch.int32)
+        state_slots = state_slots_cpu.to(device)
+    if paged:
+        table = b.block_table
+        table_cpu = table if device.type == "cpu" else table.cpu()
+        block_range = _block_range(table_cpu, seq, block_size)
+        slot_mapping = b.slot_mapping.long()
+    else:
+        table_cpu = torch.zeros((n, 1), dtype=torch.int32)
+        table = table_cpu.to(device)
         block_range = (0, -1)
-        slot_mapping = torch.empty(0, dtype=torch.int64, device=seq.device)
-    ctx = ctx_cpu if seq.device.type == "cpu" else ctx_cpu.to(seq.device, non_blocking=True)
+        slot_mapping = torch.empty(0, dtype=torch.int64, device=device)
     common = CommonBatchMetadata(
-        num_seqs=n, num_decodes=nd, num_tokens=T, max_query_len=int(qlen_cpu.max()),
-        max_seq_len=int(seq_cpu.max()), block_size=block_size,
-        query_start_loc=qsl, seq_lens=seq, context_lens=ctx, state_slots=state_slots,
-        block_table=table, slot_mapping=slot_mapping,
-        query_start_loc_cpu=qsl_cpu, seq_lens_cpu=seq_cpu, context_lens_cpu=ctx_cpu,
-        state_slots_cpu=state_slots.cpu(), block_table_cpu=table_cpu, block_range=block_range)
+        num_seqs=n, num_decodes=nd, num_tokens=b.num_tokens, max_query_len=max(qlen, default=0),
+        max_seq_len=max(seq, default=0), block_size=block_size,
+        query_start_loc=b.query_start_loc, seq_lens=b.seq_lens,
+        context_lens=ctx_cpu if device.type == "cpu" else ctx_cpu.to(device, non_blocking=True),
+        state_slots=state_slots, block_table=table, slot_mapping=slot_mapping,
+        query_start_loc_cpu=b.query_start_loc_cpu, seq_lens_cpu=b.seq_lens_cpu, context_lens_cpu=ctx_cpu,
+        state_slots_cpu=state_slots_cpu, block_table_cpu=table_cpu, block_range=block_range)
     if TRACE:
         with open(TRACE, "a") as f:
-            f.write(f"{time.perf_counter():.4f} {os.getpid()} {'paged' if paged else 'slots'} T={T} seqs={n} "
-                    f"decodes={nd} q={qlen_cpu.tolist()} ctx={ctx_cpu.tolist()}\n")
+            f.write(f"{time.perf_counter():.4f} {os.getpid()} {'paged' if paged else 'slots'} T={b.num_tokens} "
+                    f"seqs={n} decodes={nd} q={qlen} ctx={ctx}\n")
     return common
 
 

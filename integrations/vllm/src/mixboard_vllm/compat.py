@@ -6,7 +6,9 @@ minor version means re-reading exactly this file.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
+
+import torch
 
 ATTENTION_BACKEND = "mixboard_vllm.attention.MixboardAttentionBackend"
 CUSTOM_ATTENTION_BACKEND = "mixboard_vllm.attention.MixboardCustomAttentionBackend"
@@ -41,6 +43,32 @@ def mixer_layers(vllm_config) -> Iterator[tuple[str, Any]]:
             yield name, layer
 
 
+def on_mixer_layer_built(check) -> None:
+    """``check(layer)`` for every vLLM mixer layer (AttentionLayerBase) as its model assigns it,
+    in each process that builds a model: torch's global submodule-registration hook (public API).
+    This path runs whatever backend vLLM chose, so a layer vLLM would run itself is seen even
+    when no mixboard builder ever is (on CUDA without --attention-backend CUSTOM, or a model
+    that hands Attention its own backend class)."""
+    from torch.nn.modules.module import register_module_module_registration_hook
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    def hook(module, name, submodule):
+        if isinstance(submodule, AttentionLayerBase):
+            check(submodule)
+
+    register_module_module_registration_hook(hook)
+
+
+def layer_name(layer) -> str:
+    """vLLM's prefix of a mixer layer: Attention keeps it as layer_name, the Mamba layers as prefix."""
+    return getattr(layer, "layer_name", None) or getattr(layer, "prefix", None) or type(layer).__name__
+
+
+def attention_backend_name(layer) -> str | None:
+    backend = getattr(layer, "attn_backend", None)
+    return backend.get_name() if backend is not None else None
+
+
 def keep_raw_weights(*modules) -> None:
     """vLLM CPU repacks linear (and bf16 conv) weights after loading and replaces ``weight`` with
     an empty tensor (model_executor/layers/utils.py:470-600); mixboard's kinds read them raw."""
@@ -52,6 +80,32 @@ def decodes_first(builder) -> None:
     """Ask vLLM to order each batch decode -> short extend -> long extend -> fresh prefill
     (v1/attention/backends/utils.py:905): mixboard's decodes-first order. No spec decode."""
     builder._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
+
+
+class StepBatch(NamedTuple):
+    """What mixboard reads of vLLM's CommonAttentionMetadata (v1/attention/backend.py:387)."""
+    num_reqs: int
+    num_tokens: int  # vLLM's num_actual_tokens: rows past it are padding
+    query_start_loc: torch.Tensor  # device, [num_reqs + 1]
+    query_start_loc_cpu: torch.Tensor
+    seq_lens: torch.Tensor  # device, [num_reqs]
+    seq_lens_cpu: torch.Tensor
+    block_table: torch.Tensor  # device, [num_reqs, max blocks]
+    slot_mapping: torch.Tensor  # device, [num_tokens]
+
+
+def step_batch(cm) -> StepBatch:
+    n, T = cm.num_reqs, cm.num_actual_tokens
+    seq = cm.seq_lens[:n]
+    if seq.device.type == "cpu":
+        seq_cpu = seq
+    elif cm.seq_lens_cpu_upper_bound is not None:
+        # exact without async speculative decoding, which the builders refuse (decodes_first)
+        seq_cpu = cm.seq_lens_cpu_upper_bound[:n]
+    else:  # not kept on this path: one synchronisation
+        seq_cpu = seq.cpu()
+    return StepBatch(n, T, cm.query_start_loc[: n + 1], cm.query_start_loc_cpu[: n + 1], seq, seq_cpu,
+                     cm.block_table_tensor[:n], cm.slot_mapping[:T])
 
 
 def state_slots(cm, kv_cache_spec, vllm_config):
@@ -85,6 +139,14 @@ def rank_world() -> tuple[int, int]:
         return 0, 1
     group = get_world_group()
     return group.rank_in_group, group.world_size
+
+
+def pipeline_stage() -> int:
+    """This rank's pipeline stage (0 without pipeline parallelism): ranks of one stage hold the
+    same layers, each stage other ones."""
+    from vllm.distributed.parallel_state import get_pp_group, model_parallel_is_initialized
+
+    return get_pp_group().rank_in_group if model_parallel_is_initialized() else 0
 
 
 def world_cpu_group():

@@ -39,6 +39,23 @@ def _layer_spec(name: str, layer) -> tuple[str, Any] | None:
     return None
 
 
+def refuse_foreign(layer) -> None:
+    """Called as each mixer layer is built (compat.on_mixer_layer_built): mixboard runs every one,
+    or start-up fails here, naming the layer, before vLLM could run it quietly on its own."""
+    from .attention import MixboardAttentionImpl
+    from .layers.base import MixboardLayer
+
+    if isinstance(layer, MixboardLayer) or isinstance(getattr(layer, "impl", None), MixboardAttentionImpl):
+        return
+    name, backend = compat.layer_name(layer), compat.attention_backend_name(layer)
+    if backend is not None and type(layer).__name__ == "Attention":
+        why = (f"got vLLM's own attention backend {backend}, not mixboard's: on CUDA or ROCm start vLLM with "
+               "--attention-backend CUSTOM (mixboard's plan then chooses),")
+    else:
+        why = f"is a {type(layer).__name__}, which mixboard has no kind for:"
+    raise refused(StartupError(f"mixboard-vllm: layer {name} {why} or set MIXBOARD_VLLM=0 to let vLLM run this model"))
+
+
 class ProcessPlan:
     def __init__(self, vllm_config):
         # Every rank reaches the fingerprint gather, having planned or not: a rank that raised
@@ -49,9 +66,13 @@ class ProcessPlan:
         except StartupError as exc:
             ranks.check_same_plan(self.rank, self.world, None, str(exc))
             raise
-        ranks.check_same_plan(self.rank, self.world, self.plan)
+        self.model_fingerprint = ranks.check_same_plan(self.rank, self.world, self.plan)
         if self.world > 1:
-            init_log().info("mixboard-vllm: all %d ranks share fingerprint %s", self.world, self.plan.fingerprint)
+            if self.model_fingerprint == self.plan.fingerprint:
+                init_log().info("mixboard-vllm: all %d ranks share fingerprint %s", self.world, self.plan.fingerprint)
+            else:  # pipeline stages: each planned its part
+                init_log().info("mixboard-vllm: all %d ranks agree; the whole model's fingerprint is %s (this "
+                                "stage's part: %s)", self.world, self.model_fingerprint, self.plan.fingerprint)
 
     def _make(self, vllm_config):
         from mixboard import get_registry
@@ -116,8 +137,18 @@ def init_log():
     return init_logger("vllm.mixboard")
 
 
+def refused(exc: StartupError) -> StartupError:
+    """Log the reason as one line of its own before vLLM wraps it in worker tracebacks (it reaches
+    the user's process too, as "Worker failed with error '...'")."""
+    init_log().error("start-up refused: %s", exc)
+    return exc
+
+
 def process_plan(vllm_config=None) -> ProcessPlan:
     global _PLAN
     if _PLAN is None:
-        _PLAN = ProcessPlan(vllm_config if vllm_config is not None else compat.current_vllm_config())
+        try:
+            _PLAN = ProcessPlan(vllm_config if vllm_config is not None else compat.current_vllm_config())
+        except StartupError as exc:
+            raise refused(exc) from None
     return _PLAN

@@ -1,39 +1,50 @@
-"""Every rank must run the model the same way: fingerprints compared over vLLM's gloo group."""
+"""Every rank must run the model the same way: plans compared over vLLM's gloo group.
+
+Ranks of one pipeline stage hold the same layers and must plan them identically; each stage
+holds other layers, so its plan is a part of the model's. Joined in stage order, the parts' rows
+give the whole model's fingerprint (mixboard.plan.fingerprint_of), which every rank logs."""
 
 from __future__ import annotations
+
+from mixboard.plan import fingerprint_of
 
 from . import compat
 from .errors import StartupError
 
 
 def _differences(a: list, b: list, limit: int = 3) -> str:
-    diff = [f"{x[0]}: {x[1]} vs {y[1]}" for x, y in zip(a, b) if x != y]
+    diff = [f"{x[0]}: {x[3]} vs {y[3]}" for x, y in zip(a, b) if x != y]
     if not diff:
         return "same backends, different plugin versions or specs"
     return "; ".join(diff[:limit]) + (f"; ... ({len(diff)} layers differ)" if len(diff) > limit else "")
 
 
-def check_same_plan(rank: int, world: int, plan, failure: str | None = None) -> None:
+def check_same_plan(rank: int, world: int, plan, failure: str | None = None) -> str | None:
     """All ranks plan at the same point of start-up (first KV-spec query), so the collective is safe.
     A rank that could not plan still takes part (``plan`` None, ``failure`` its reason), so that the
-    others stop naming it instead of waiting; the failing rank raises its own error afterwards."""
+    others stop naming it instead of waiting; the failing rank raises its own error afterwards.
+    Returns the whole model's fingerprint (None when this rank failed)."""
     if world <= 1:
-        return
+        return None if plan is None else plan.fingerprint
     import torch.distributed as dist
 
-    mine = (rank, None, [], failure) if plan is None else (
-        rank, plan.fingerprint, [(lp.name, lp.backend) for lp in plan.layers], None)
+    stage = compat.pipeline_stage()
+    mine = (rank, stage, None, [], failure) if plan is None else (
+        rank, stage, plan.fingerprint, plan.fingerprint_rows(), None)
     gathered: list = [None] * world
     dist.all_gather_object(gathered, mine, group=compat.world_cpu_group())
     if failure is not None:
-        return
+        return None
     for other in gathered:
-        if other[3] is not None:
-            raise StartupError(f"mixboard-vllm: rank {other[0]} could not plan the model: {other[3]}")
-    ref = gathered[0]
-    for other in gathered[1:]:
-        if other[1] != ref[1]:
+        if other[4] is not None:
+            raise StartupError(f"mixboard-vllm: rank {other[0]} could not plan the model: "
+                               f"{other[4].removeprefix('mixboard-vllm: ')}")
+    first_of_stage: dict[int, tuple] = {}
+    for other in gathered:
+        ref = first_of_stage.setdefault(other[1], other)
+        if other[2] != ref[2]:
             raise StartupError(
-                f"mixboard-vllm: ranks planned the model differently: rank {ref[0]} fingerprint {ref[1]}, "
-                f"rank {other[0]} fingerprint {other[1]} ({_differences(ref[2], other[2])}); install the same "
+                f"mixboard-vllm: ranks planned the model differently: rank {ref[0]} fingerprint {ref[2]}, "
+                f"rank {other[0]} fingerprint {other[2]} ({_differences(ref[3], other[3])}); install the same "
                 "mixboard plugins and set the same MIXBOARD_* variables on every node")
+    return fingerprint_of([row for s in sorted(first_of_stage) for row in first_of_stage[s][3]])

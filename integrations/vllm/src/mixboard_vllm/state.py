@@ -86,4 +86,9 @@ def paged_pools(kv_cache: torch.Tensor, bound) -> dict[str, torch.Tensor]:
 
 
 def slot_pools(kv_cache, bound) -> dict[str, torch.Tensor]:
-    return {name: pool for (name, _), pool in zip(bound.state_spec.tensors, kv_cache)}
+    """vLLM allocated one tensor per state tensor the backend declared (layers/base.py), in order."""
+    tensors = bound.state_spec.tensors
+    if len(kv_cache) != len(tensors):
+        raise StartupError(f"mixboard-vllm: layer {bound.name}: vLLM bound {len(kv_cache)} state tensors but backend "
+                           f"{bound.backend} declares {len(tensors)} ({', '.join(n for n, _ in tensors)})")
+    return {name: pool for (name, _), pool in zip(tensors, kv_cache)}

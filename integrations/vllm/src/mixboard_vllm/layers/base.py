@@ -28,12 +28,16 @@ class MixboardLayer:
         self._unsupported = unsupported
         self._bound = None
         self._weights = None
+        self._pools_key = None
+        self._pools = None
+
+    # what to do instead; a kind whose vLLM layer cannot run everywhere says so (mamba1.py)
+    unsupported_fix: ClassVar[str] = "set MIXBOARD_VLLM=0 to let vLLM run this model"
 
     def mixboard_spec(self) -> Any:
         if self._unsupported:
             raise StartupError(f"mixboard-vllm: layer {self.prefix} uses {', '.join(self._unsupported)}, which "
-                               f"mixboard's {self.mixboard_kind} kind does not describe; set MIXBOARD_VLLM=0 to "
-                               "let vLLM run this model")
+                               f"mixboard's {self.mixboard_kind} kind does not describe; {self.unsupported_fix}")
         return self._spec()
 
     def _mb(self):
@@ -67,10 +71,13 @@ class MixboardLayer:
         md = compat.step_metadata(self.prefix)
         if md is None:
             return None
-        from ..state import slot_pools
-
         bound = self._mb()
-        return bound, md, slot_pools(self.kv_cache, bound)
+        key = tuple(t.data_ptr() for t in self.kv_cache)
+        if key != self._pools_key:  # vLLM binds the caches after its profile run: view them once
+            from ..state import slot_pools
+
+            self._pools_key, self._pools = key, slot_pools(self.kv_cache, bound)
+        return bound, md, self._pools
 
 
 def _nbytes(shape, dtype) -> int:

@@ -12,6 +12,8 @@ from .base import MixboardLayer, torch_dtype_name
 
 class MixboardMambaMixer(MixboardLayer, MambaMixer):
     mixboard_kind = "mamba1"
+    unsupported_fix = ("on CUDA or ROCm set MIXBOARD_VLLM=0 to let vLLM run this model; vLLM's CPU build has no Mamba1 "
+                       "of its own, so on CPU it runs only through mixboard (one rank, no LoRA)")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
