@@ -136,10 +136,11 @@ class Mamba2WrongSlot(Mamba2Torch):
 
 class FrozenDecodeStateImpl(ShortConvTorchImpl):
     def forward(self, B, C, x, weights, state, meta):
-        if not meta.all_decode:
+        if not meta.all_decodes:
             return super().forward(B, C, x, weights, state, meta)
         # BUG: the decode reads the saved inputs but writes its update to a scratch copy
-        conv = causal_conv1d_step(B * x, weights.conv_weight, weights.conv_bias, state["conv"].clone(), meta.slots)
+        conv = causal_conv1d_step(B * x, weights.conv_weight, weights.conv_bias, state["conv"].clone(),
+                                  meta.decode_slots)
         return conv.mul_(C)
 
 

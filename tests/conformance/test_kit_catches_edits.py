@@ -210,8 +210,8 @@ class MemoizedConvInputImpl(ShortConvTorchImpl):
         if not hasattr(meta, self.attribute):  # BUG: the next layer of the group gets this layer's B * x
             setattr(meta, self.attribute, B * x)
         bx = getattr(meta, self.attribute)
-        if meta.all_decode:
-            conv = causal_conv1d_step(bx, weights.conv_weight, weights.conv_bias, pool, meta.slots)
+        if meta.all_decodes:
+            conv = causal_conv1d_step(bx, weights.conv_weight, weights.conv_bias, pool, meta.decode_slots)
         else:
             conv = causal_conv1d(bx, weights.conv_weight, weights.conv_bias, pool, meta.conv_index)
         return conv.mul_(C)

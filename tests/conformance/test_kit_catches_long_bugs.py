@@ -77,7 +77,7 @@ class StateOf8ChunksImpl(Mamba2TorchImpl):
     def _prefills(self, step, x, dts, A, B, C, ssm_pool, y):
         chunk = self.spec.chunk_size
         for p in step.prefills:
-            initial = ssm_pool[p.slot].float().unsqueeze(0) if p.continues else None
+            initial = None if p.fresh else ssm_pool[p.slot].float().unsqueeze(0)
             for start in range(p.start, p.end, 8 * chunk):
                 rows = slice(start, min(p.end, start + 8 * chunk))
                 y[rows], final = ssd_prefill_batch(x[rows], dts[rows], A, B[rows], C[rows], 1, chunk,

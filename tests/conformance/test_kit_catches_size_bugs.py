@@ -205,10 +205,10 @@ def test_a_backend_that_assumes_contiguous_blocks_fails_every_case_over_several_
 
 def from_slot_0(meta, common):
     """The in-place path for consecutive slots starts at record 0, not at the first slot."""
-    if meta.slot_range is None:
+    if meta.decode_range is None:
         return meta
-    first, stop = meta.slot_range
-    return dataclasses.replace(meta, slot_range=(0, stop - first))
+    first, stop = meta.decode_range
+    return dataclasses.replace(meta, decode_range=(0, stop - first))
 
 
 def test_an_in_place_path_off_its_first_slot_fails_consecutive_slots():

@@ -98,7 +98,7 @@ def test_bad_slots_are_refused_before_the_kernel_runs():
     with pytest.raises(BackendInputError, match="model.layers.3.mixer"):
         impl.forward(x, x, weights, state, outside)
     twice = CommonBatchMetadata.build([1, 1], [2, 2], [4, 4], [[], []], block_size=16)
-    with pytest.raises(BackendInputError, match="slot 4 is given twice"):
+    with pytest.raises(BackendInputError, match="state slot 4 is given to more than one sequence"):
         impl.forward(x, x, weights, state, twice)
 
 

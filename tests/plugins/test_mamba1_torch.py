@@ -256,8 +256,8 @@ def _weights_with(**changes):
      r"state 'conv' must be \[num_records, 24, 3\] with each record contiguous and records at least one "
      r"record apart \(stride\(0\) >= 72\), got strides \[72, 1, 24\]"),
     (dict(meta=step([1, 5], [3, 0], [1, 4])), r"state slot \[1, 4\] out of range: the pool has 4 slots"),
-    (dict(meta=step([1, 5], [3, 0], [2, 2])), r"every sequence of a step needs its own state slot; slot 2 is given twice in \[2, 2\]"),
-    (dict(meta="a dict"), "meta must be what the backend's builder returns"),
+    (dict(meta=step([1, 5], [3, 0], [2, 2])), r"state slot 2 is given to more than one sequence of the step \(slots \[2, 2\]\)"),
+    (dict(meta="a dict"), "meta must be what this backend's builder returns"),
 ])
 def test_bad_inputs_name_the_layer_what_was_expected_and_what_arrived(change, message):
     args = dict(x=torch.zeros(6, 24), z=torch.zeros(6, 24), weights=random_weights(SPEC),

@@ -312,7 +312,7 @@ def _bad_cases(spec: Mamba2Spec):
         "pool record layout": (case(st={**state, "ssm": state["ssm"].transpose(2, 3).contiguous().transpose(2, 3)}),
                                r"state\['ssm'\] must be \[num_records, 4, 8, 16\] with each record contiguous"),
         "slot out of range": (case(slots=(0, 4)), r"state slot \[0, 4\] out of range: the pool has 4 slots"),
-        "shared slot": (case(slots=(2, 2)), "state slot 2 is given to two sequences"),
+        "shared slot": (case(slots=(2, 2)), "state slot 2 is given to more than one sequence"),
         "weight shape": (case(w=weights.replace(D=weights.D[:-1])),
                          r"weights.D must have shape \[4\], got \[3\]"),
         "conv bias missing": (case(w=weights.replace(conv_bias=None)),
@@ -338,7 +338,7 @@ def test_meta_of_another_kind_is_refused_with_the_layer_name():
     with pytest.raises(BackendInputError, match=f"{LAYER}: meta must be what this backend's builder returns"):
         run.impl.forward(inputs.z, inputs.xBC, inputs.dt, weights, fresh_state(spec), {"num_tokens": 3})
     other = Runner(Mamba2Torch, small_spec(d_conv=3), random_weights(small_spec(d_conv=3)))
-    with pytest.raises(BackendInputError, match="planned for conv width 3, the layer's d_conv is 4"):
+    with pytest.raises(BackendInputError, match="planned for conv width 3, the layer's is 4"):
         run.impl.forward(inputs.z, inputs.xBC, inputs.dt, weights, fresh_state(spec),
                          other.build(meta_for([3], [0], [0])))
 

@@ -66,7 +66,7 @@ def test_good_call_runs():
     (dict(meta=CommonBatchMetadata.build([1, 4], [3, 0], [0, 7], [[0], [1]], 64)),
      "state slot [0, 7] out of range: the pool has 4 slots"),
     (dict(meta=CommonBatchMetadata.build([1, 4], [3, 0], [2, 2], [[0], [1]], 64)),
-     "state slots [2] are each given to more than one sequence"),
+     "state slot 2 is given to more than one sequence of the step (slots [2, 2]); each sequence needs its own"),
 ])
 def test_bad_input_names_the_layer_and_what_was_expected(changes, message):
     with pytest.raises(BackendInputError, match=re.escape(f"{LAYER}: {message}")):
@@ -80,8 +80,12 @@ def test_decode_path_checks_too():
         call(meta=meta, B=B, C=C, x=x)
 
 
-def test_meta_must_come_from_the_builder():
+def test_meta_is_the_builders_output_or_the_steps_metadata():
     args = good_call()
     impl = build_impl(ShortConvTorch, SPEC, CPU, LAYER)
-    with pytest.raises(BackendInputError, match=f"{LAYER}: meta must be what this backend's builder returned"):
-        impl.forward(**args)
+    assert impl.forward(**args).shape == (5, 16)  # the common metadata, planned on the spot
+    with pytest.raises(BackendInputError, match=f"{LAYER}: meta must be what this backend's builder returns"):
+        impl.forward(**{**args, "meta": {"num_tokens": 5}})
+    wider = ShortConvTorch.builder(ShortConvSpec(hidden_size=16, conv_width=4), CPU)(args["meta"])
+    with pytest.raises(BackendInputError, match=f"{LAYER}: meta was planned for conv width 4, the layer's is 3"):
+        impl.forward(**{**args, "meta": wider})

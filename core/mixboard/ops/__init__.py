@@ -5,6 +5,8 @@
 * ``slots``: gather and scatter of per-sequence state records by slot.
 * ``causal_conv``: depthwise causal conv over a ragged batch with the conv
   state carried in slots (Mamba1, Mamba2 and ShortConv all need it).
+* ``slot_step``: a step as the backends of those kinds see it (decodes'
+  slots, prefills, slot checks, the conv index), planned once per group.
 
 These modules import torch; import them where a backend is built.
 """

@@ -3,6 +3,7 @@ listing and selecting must not pay for torch or the CUDA libraries."""
 
 from __future__ import annotations
 
+from functools import partial
 from importlib import metadata
 
 from mixboard import Backend
@@ -23,9 +24,9 @@ class Mamba1Torch(Backend):
 
     @classmethod
     def builder(cls, spec, env):
-        from .meta import build_meta
+        from mixboard.ops.slot_step import SlotStep  # imports torch: only when a model is built
 
-        return lambda common: build_meta(common, spec.d_conv)
+        return partial(SlotStep.plan, conv_width=spec.d_conv)
 
     @classmethod
     def make_impl(cls, spec, env):
@@ -73,9 +74,9 @@ class Mamba1Cuda(Backend):
 
     @classmethod
     def builder(cls, spec, env):
-        from .meta import build_meta
+        from mixboard.ops.slot_step import SlotStep
 
-        return lambda common: build_meta(common, spec.d_conv, conv_index=False)
+        return partial(SlotStep.plan, conv_width=spec.d_conv)
 
     @classmethod
     def make_impl(cls, spec, env):

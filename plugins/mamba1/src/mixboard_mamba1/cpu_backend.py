@@ -10,7 +10,7 @@ imports neither torch nor the kernel.
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from mixboard import Backend
 
@@ -43,9 +43,9 @@ class Mamba1Cpu(Backend):
 
     @classmethod
     def builder(cls, spec, env):
-        from .meta import build_meta
+        from mixboard.ops.slot_step import SlotStep
 
-        return lambda common: build_meta(common, spec.d_conv)
+        return partial(SlotStep.plan, conv_width=spec.d_conv)
 
     @classmethod
     def make_impl(cls, spec, env):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from mixboard.ops.checks import record_stride
+from mixboard.ops.slot_step import SlotStep
 
-from .meta import as_meta
 from .scan import LOG2E
 from .torch_impl import Mamba1TorchImpl
 
@@ -21,7 +21,7 @@ class Mamba1CpuImpl(Mamba1TorchImpl):
 
     def forward(self, x, z, weights, state, meta):
         spec, layer = self.spec, self.layer_name
-        meta = as_meta(layer, meta, spec.d_conv)
+        meta = SlotStep.of(layer, meta, spec.d_conv)
         conv, ssm = state.get("conv"), state.get("ssm")
         if not (meta.all_decodes and x.dtype == torch.float32 and isinstance(conv, torch.Tensor)
                 and isinstance(ssm, torch.Tensor)):

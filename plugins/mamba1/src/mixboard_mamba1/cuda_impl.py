@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from mixboard.kinds.mamba1 import Mamba1Impl, Mamba1Spec
+from mixboard.ops.slot_step import Prefill, SlotStep
 
 from .initial_state import initial_state_response
 from .inputs import InputChecks
-from .meta import Prefill, as_meta
 
 
 class Mamba1CudaImpl(Mamba1Impl):
@@ -42,7 +42,7 @@ class Mamba1CudaImpl(Mamba1Impl):
 
     def forward(self, x, z, weights, state, meta):
         spec, layer = self.spec, self.layer_name
-        meta = as_meta(layer, meta, spec.d_conv, conv_index=False)
+        meta = SlotStep.of(layer, meta, spec.d_conv)
         self.check(layer, x, z, weights, state, meta)
         w = _KernelWeights(weights, x.dtype)
         out = torch.empty_like(x)

@@ -7,9 +7,8 @@ import torch
 
 from mixboard.dtypes import torch_dtype
 from mixboard.kinds.mamba1 import Mamba1Spec, Mamba1Weights
-from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_slots, expect_state
-
-from .meta import Mamba1Meta
+from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_state
+from mixboard.ops.slot_step import SlotStep
 
 
 class InputChecks:
@@ -25,7 +24,7 @@ class InputChecks:
         self.conv_dtype = torch_dtype(conv_dtype) if conv_dtype else self.state_dtype
         self._checked: tuple[object, torch.device] | None = None
 
-    def __call__(self, layer: str, x, z, weights, state, meta: Mamba1Meta) -> None:
+    def __call__(self, layer: str, x, z, weights, state, meta: SlotStep) -> None:
         spec = self.spec
         DI, N, W = spec.d_inner, spec.d_state, spec.d_conv
         expect(layer, "x", x, (meta.num_tokens, DI), dtype=self.dtype)
@@ -39,10 +38,7 @@ class InputChecks:
         expect(layer, "state 'ssm'", state["ssm"], (None, DI, N), dtype=self.state_dtype, device=device)
         expect_pool(layer, "state 'conv'", state["conv"])  # slots may sit in larger pages: records apart
         expect_pool(layer, "state 'ssm'", state["ssm"])
-        expect_slots(layer, meta.slots_cpu, min(state["conv"].shape[0], state["ssm"].shape[0]), meta.slot_bounds)
-        if meta.repeated_slot is not None:
-            raise BackendInputError(f"{layer}: every sequence of a step needs its own state slot; "
-                                    f"slot {meta.repeated_slot} is given twice in {meta.slots_cpu.tolist()}")
+        meta.check_slots(layer, min(state["conv"].shape[0], state["ssm"].shape[0]))
         if meta.common.query_start_loc.device.type != device.type:
             raise BackendInputError(f"{layer}: the step's metadata must be on {device.type}, "
                                     f"got {meta.common.query_start_loc.device}")

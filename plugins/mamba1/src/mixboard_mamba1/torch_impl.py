@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 
 from mixboard.kinds.mamba1 import Mamba1Impl, Mamba1Spec
-from mixboard.ops.causal_conv import ConvIndex, causal_conv1d, causal_conv1d_step
+from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
+from mixboard.ops.slot_step import SlotStep
 from mixboard.ops.slots import SlotRecords
 
 from .inputs import InputChecks, as_float
-from .meta import Mamba1Meta, as_meta
 from .scan import LOG2E, ScanWorkspace, selective_scan
 
 
@@ -33,7 +33,7 @@ class Mamba1TorchImpl(Mamba1Impl):
 
     def forward(self, x, z, weights, state, meta):
         spec, layer = self.spec, self.layer_name
-        meta = as_meta(layer, meta, spec.d_conv)
+        meta = SlotStep.of(layer, meta, spec.d_conv)
         self.check(layer, x, z, weights, state, meta)
         conv_pool, ssm_pool = state["conv"], state["ssm"]
         x32 = x.float()
@@ -42,8 +42,7 @@ class Mamba1TorchImpl(Mamba1Impl):
             xc = causal_conv1d_step(x32, conv_w, conv_b, conv_pool, meta.decode_slots, activation="silu",
                                     slot_range=meta.decode_range)
         else:
-            index = meta.conv_index or ConvIndex.build(meta.common, spec.d_conv)  # a meta built without it
-            xc = causal_conv1d(x32, conv_w, conv_b, conv_pool, index, activation="silu")
+            xc = causal_conv1d(x32, conv_w, conv_b, conv_pool, meta.conv_index, activation="silu")
         dt, B, C = project(xc, weights, spec)
         A, D = weights.A.float(), weights.D.float()
         nd = meta.num_decodes
@@ -72,7 +71,7 @@ def project(xc: torch.Tensor, weights, spec: Mamba1Spec):
     return dt, x_dbl[:, R:R + N], x_dbl[:, R + N:]
 
 
-def ssm_step(pool: torch.Tensor, meta: Mamba1Meta, u, dt, A, B, C) -> torch.Tensor:
+def ssm_step(pool: torch.Tensor, meta: SlotStep, u, dt, A, B, C) -> torch.Tensor:
     """One token for each decode: h = exp(dt A) h + dt u B, y = C . h. Returns y [n, D]."""
     saved = SlotRecords(pool, meta.decode_slots, meta.decode_range)
     h = saved.records if saved.records.dtype == torch.float32 else saved.records.float()  # [n, D, N]

@@ -46,9 +46,9 @@ class Mamba2Cpu(Backend):
 
     @classmethod
     def builder(cls, spec: Mamba2Spec, env: Any):
-        from .step import plan_step
+        from mixboard.ops.slot_step import SlotStep  # imports torch: only when a model is built
 
-        return partial(plan_step, conv_width=spec.d_conv)
+        return partial(SlotStep.plan, conv_width=spec.d_conv)
 
     @classmethod
     def make_impl(cls, spec: Mamba2Spec, env: Any):

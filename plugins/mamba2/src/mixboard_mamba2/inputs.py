@@ -8,9 +8,8 @@ from typing import Any, Mapping
 import torch
 from mixboard.dtypes import torch_dtype
 from mixboard.kinds.mamba2 import Mamba2Spec, Mamba2Weights
-from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_slots, expect_state
-
-from .step import Mamba2Step
+from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_state
+from mixboard.ops.slot_step import SlotStep
 
 
 class InputChecks:
@@ -25,7 +24,7 @@ class InputChecks:
         self._checked: tuple[Any, torch.device] | None = None
 
     def __call__(self, layer: str, z: Any, xBC: Any, dt: Any, weights: Any, state: Mapping[str, Any],
-                 step: Mamba2Step) -> tuple[torch.Tensor, torch.Tensor]:
+                 step: SlotStep) -> tuple[torch.Tensor, torch.Tensor]:
         """Raise BackendInputError on the first thing that is wrong; return the (conv, ssm) pools."""
         spec = self.spec
         T, H, P, N, W = step.num_tokens, spec.num_heads, spec.head_dim, spec.d_state, spec.d_conv
@@ -42,10 +41,7 @@ class InputChecks:
         expect(layer, "state['ssm']", ssm, (None, H, P, N), self.state_dtype, device)
         expect_pool(layer, "state['conv']", conv)  # slots may sit in larger pages: records apart
         expect_pool(layer, "state['ssm']", ssm)
-        expect_slots(layer, step.slots_cpu, min(conv.shape[0], ssm.shape[0]), step.slot_bounds)
-        if step.duplicate_slot is not None:
-            raise BackendInputError(f"{layer}: state slot {step.duplicate_slot} is given to two sequences of one "
-                                    f"step (slots {step.slots_cpu.tolist()}); each sequence needs its own")
+        step.check_slots(layer, min(conv.shape[0], ssm.shape[0]))
         return conv, ssm
 
 

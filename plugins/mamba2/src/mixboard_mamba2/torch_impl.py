@@ -13,11 +13,11 @@ from typing import Any, Mapping
 import torch
 from mixboard.kinds.mamba2 import Mamba2Impl, Mamba2Spec, Mamba2Weights
 from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
+from mixboard.ops.slot_step import SlotStep
 
 from .gated_norm import gated_rmsnorm
 from .inputs import InputChecks
 from .ssd import discretize, prefill_runs, ssd_decode, ssd_prefill_batch
-from .step import as_step
 
 
 def conv_weights_as(weights: Mamba2Weights, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -36,7 +36,7 @@ class Mamba2TorchImpl(Mamba2Impl):
     def forward(self, z: torch.Tensor, xBC: torch.Tensor, dt: torch.Tensor, weights: Mamba2Weights,
                 state: Mapping[str, torch.Tensor], meta: Any) -> torch.Tensor:
         spec = self.spec
-        step = as_step(self.layer_name, meta, spec)
+        step = SlotStep.of(self.layer_name, meta, spec.d_conv)
         conv_pool, ssm_pool = self.check(self.layer_name, z, xBC, dt, weights, state, step)
         T, H, P, G, N, DI = step.num_tokens, spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state, spec.d_inner
 
@@ -70,7 +70,7 @@ class Mamba2TorchImpl(Mamba2Impl):
         if step.num_decodes == step.num_tokens:  # decodes only: one window per sequence, no conv over a sequence
             return causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu",
                                       slot_range=step.decode_range)
-        return causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv, activation="silu")
+        return causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv_index, activation="silu")
 
     def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
         """The D skip, then the gated RMSNorm: [T, d_inner] in the layer's dtype."""
@@ -86,9 +86,9 @@ class Mamba2TorchImpl(Mamba2Impl):
         for run in prefill_runs(step.prefills, 2 * H * chunk * 4):
             s = slice(run[0].start, run[-1].end)
             initial = None
-            if any(p.continues for p in run):
-                initial = torch.stack([ssm_pool[p.slot].float() if p.continues else ssm_pool.new_zeros(
-                    ssm_pool.shape[1:], dtype=torch.float32) for p in run])
+            if not all(p.fresh for p in run):
+                initial = torch.stack([ssm_pool.new_zeros(ssm_pool.shape[1:], dtype=torch.float32) if p.fresh
+                                       else ssm_pool[p.slot].float() for p in run])
             y[s], finals = ssd_prefill_batch(x[s], dts[s], A, B[s], C[s], len(run), chunk, initial)
             for p, final in zip(run, finals):
                 ssm_pool[p.slot] = final.to(ssm_pool.dtype)

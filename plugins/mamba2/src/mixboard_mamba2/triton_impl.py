@@ -55,7 +55,7 @@ class Mamba2TritonImpl(Mamba2Impl):
             xbc = causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.base.decode_slots,
                                      activation="silu", slot_range=step.base.decode_range)
         else:
-            xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.base.conv, activation="silu")
+            xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.base.conv_index, activation="silu")
         x = xbc[:, :DI].view(T, H, P)
         B = xbc[:, DI:DI + G * N].view(T, G, N)
         C = xbc[:, DI + G * N:].view(T, G, N)
@@ -64,7 +64,7 @@ class Mamba2TritonImpl(Mamba2Impl):
         y = torch.empty(T, H, P, dtype=xBC.dtype, device=xBC.device)
         nd = step.base.num_decodes
         if nd:
-            y[:nd] = self._decode(ssm_pool, step.decode_indices, x[:nd], dt[:nd], A, B[:nd], C[:nd], weights)
+            y[:nd] = self._decode(ssm_pool, step.base.decode_slots_i32, x[:nd], dt[:nd], A, B[:nd], C[:nd], weights)
         for call in step.scans:
             s = slice(call.start, call.end)
             initial = None if call.initial_slot is None else ssm_pool[call.initial_slot].unsqueeze(0)

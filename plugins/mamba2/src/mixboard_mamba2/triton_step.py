@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 from mixboard.metadata import CommonBatchMetadata
-
-from .step import Mamba2Step, Prefill, plan_step
+from mixboard.ops.checks import BackendInputError
+from mixboard.ops.slot_step import Prefill, SlotStep
 
 
 @dataclass(frozen=True)
@@ -32,15 +32,14 @@ class ScanCall:
 
 @dataclass
 class TritonStep:
-    base: Mamba2Step
-    decode_indices: torch.Tensor  # int32 [num_decodes]: selective_state_update's state_batch_indices
+    base: SlotStep
     scans: tuple[ScanCall, ...]
 
 
 def _runs(prefills: tuple[Prefill, ...]) -> list[list[Prefill]]:
     runs: list[list[Prefill]] = []
     for p in prefills:
-        if not p.continues and runs and not runs[-1][0].continues:
+        if p.fresh and runs and runs[-1][0].fresh:
             runs[-1].append(p)
         else:
             runs.append([p])
@@ -50,7 +49,7 @@ def _runs(prefills: tuple[Prefill, ...]) -> list[list[Prefill]]:
 def _call(run: list[Prefill], device: torch.device) -> ScanCall:
     start, end = run[0].start, run[-1].end
     slots = torch.tensor([p.slot for p in run], dtype=torch.int64, device=device)
-    if run[0].continues:
+    if not run[0].fresh:
         return ScanCall(start, end, slots, None, None, run[0].slot)
     lens = torch.tensor([p.end - p.start for p in run], dtype=torch.int32)
     cu = torch.zeros(len(run) + 1, dtype=torch.int32)
@@ -60,22 +59,14 @@ def _call(run: list[Prefill], device: torch.device) -> ScanCall:
 
 
 def plan_triton_step(common: CommonBatchMetadata, conv_width: int) -> TritonStep:
-    base = plan_step(common, conv_width)
+    base = SlotStep.plan(common, conv_width)
     device = common.state_slots.device
-    return TritonStep(
-        base=base,
-        decode_indices=common.state_slots[:base.num_decodes].to(torch.int32),
-        scans=tuple(_call(run, device) for run in _runs(base.prefills)),
-    )
+    return TritonStep(base=base, scans=tuple(_call(run, device) for run in _runs(base.prefills)))
 
 
 def as_triton_step(layer: str, meta: Any, spec: Any) -> TritonStep:
-    from mixboard.ops.checks import BackendInputError
-
-    from .step import as_step
-
     if isinstance(meta, TritonStep):
-        as_step(layer, meta.base, spec)  # checks the conv width
+        SlotStep.of(layer, meta.base, spec.d_conv)  # checks the conv width
         return meta
     if isinstance(meta, CommonBatchMetadata):
         return plan_triton_step(meta, spec.d_conv)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from mixboard.ops.checks import record_stride
+from mixboard.ops.slot_step import SlotStep
 
 from .inputs import check_inputs
 from .torch_impl import ShortConvTorchImpl
@@ -19,6 +20,7 @@ class ShortConvCpuImpl(ShortConvTorchImpl):
     _prepared: tuple[object, torch.Tensor, torch.Tensor | None] | None = None
 
     def forward(self, B, C, x, weights, state, meta):
+        meta = SlotStep.of(self.layer_name, meta, self.spec.conv_width)
         pool = check_inputs(self.layer_name, self.want, B, C, x, weights, state, meta)
         # check_inputs holds the pool to the state contract: records contiguous, a record or more apart
         if not (x.dtype == pool.dtype == torch.float32 and B.stride(-1) == C.stride(-1) == x.stride(-1) == 1):

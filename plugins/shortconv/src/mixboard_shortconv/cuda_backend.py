@@ -48,9 +48,9 @@ class ShortConvCuda(Backend):
 
     @classmethod
     def builder(cls, spec, env):
-        from .meta import build_meta
+        from mixboard.ops.slot_step import SlotStep  # imports torch: only when a model is built
 
-        return partial(build_meta, width=spec.conv_width)
+        return partial(SlotStep.plan, conv_width=spec.conv_width)
 
     @classmethod
     def make_impl(cls, spec, env):

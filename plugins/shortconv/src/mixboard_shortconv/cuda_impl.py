@@ -20,9 +20,9 @@ import torch
 from mixboard.errors import MixboardError
 from mixboard.kinds.short_conv import ShortConvImpl, ShortConvSpec, ShortConvWeights
 from mixboard.ops.causal_conv import ConvIndex, extend, save_final_state
+from mixboard.ops.slot_step import SlotStep
 
 from .inputs import Expected, check_inputs
-from .meta import ShortConvMeta
 
 
 def load_kernels() -> tuple[Callable, Callable]:
@@ -45,14 +45,15 @@ class ShortConvCudaImpl(ShortConvImpl):
         self.conv_update = conv_update
 
     def forward(self, B: torch.Tensor, C: torch.Tensor, x: torch.Tensor, weights: ShortConvWeights,
-                state: Mapping[str, torch.Tensor], meta: ShortConvMeta) -> torch.Tensor:
+                state: Mapping[str, torch.Tensor], meta: SlotStep) -> torch.Tensor:
+        meta = SlotStep.of(self.layer_name, meta, self.spec.conv_width)
         pool = check_inputs(self.layer_name, self.want, B, C, x, weights, state, meta)
         if meta.num_tokens == 0:
             return torch.empty_like(x)  # no kernel launch over an empty grid
         bx = B * x
-        if meta.all_decode:
+        if meta.all_decodes:
             conv = self.conv_update(bx, pool, weights.conv_weight, weights.conv_bias, activation=None,
-                                    conv_state_indices=meta.slots_i32)
+                                    conv_state_indices=meta.decode_slots_i32)
         else:
             conv = self._ragged(bx, weights.conv_weight, weights.conv_bias, pool, meta.conv_index)
         return conv.mul_(C)  # conv is a fresh tensor on both paths: gate it in place

@@ -13,9 +13,8 @@ import torch
 
 from mixboard.dtypes import torch_dtype
 from mixboard.kinds.short_conv import ShortConvSpec, ShortConvWeights
-from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_slots, expect_state
-
-from .meta import ShortConvMeta
+from mixboard.ops.checks import BackendInputError, expect, expect_pool, expect_state
+from mixboard.ops.slot_step import SlotStep
 
 
 class Expected:
@@ -30,11 +29,8 @@ class Expected:
 
 
 def check_inputs(layer: str, want: Expected, B: Any, C: Any, x: Any, weights: Any,
-                 state: Mapping[str, Any], meta: Any) -> torch.Tensor:
+                 state: Mapping[str, Any], meta: SlotStep) -> torch.Tensor:
     """Raise BackendInputError on any mismatch; return the conv state pool."""
-    if not isinstance(meta, ShortConvMeta):
-        raise BackendInputError(f"{layer}: meta must be what this backend's builder returned for the step, "
-                                f"got {type(meta).__name__}")
     expect(layer, "x", x, (meta.num_tokens, want.hidden), want.dtype)
     device = x.device
     expect(layer, "B", B, (meta.num_tokens, want.hidden), want.dtype, device)
@@ -52,8 +48,5 @@ def check_inputs(layer: str, want: Expected, B: Any, C: Any, x: Any, weights: An
     pool = state["conv"]
     expect(layer, "state['conv']", pool, (None, want.hidden, want.width - 1), want.state_dtype, device)
     expect_pool(layer, "state['conv']", pool)  # slots may sit in larger pages: records apart
-    expect_slots(layer, meta.slots_cpu, pool.shape[0], meta.slot_bounds)
-    if meta.repeated_slots:
-        raise BackendInputError(f"{layer}: state slots {list(meta.repeated_slots)} are each given to more than "
-                                f"one sequence of the step (slots {meta.slots_cpu.tolist()})")
+    meta.check_slots(layer, pool.shape[0])
     return pool

@@ -8,9 +8,9 @@ import torch
 
 from mixboard.kinds.short_conv import ShortConvImpl, ShortConvSpec, ShortConvWeights
 from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
+from mixboard.ops.slot_step import SlotStep
 
 from .inputs import Expected, check_inputs
-from .meta import ShortConvMeta
 
 
 class ShortConvTorchImpl(ShortConvImpl):
@@ -19,12 +19,13 @@ class ShortConvTorchImpl(ShortConvImpl):
         self.want = Expected(spec)
 
     def forward(self, B: torch.Tensor, C: torch.Tensor, x: torch.Tensor, weights: ShortConvWeights,
-                state: Mapping[str, torch.Tensor], meta: ShortConvMeta) -> torch.Tensor:
+                state: Mapping[str, torch.Tensor], meta: SlotStep) -> torch.Tensor:
+        meta = SlotStep.of(self.layer_name, meta, self.spec.conv_width)
         pool = check_inputs(self.layer_name, self.want, B, C, x, weights, state, meta)
         bx = B * x  # the conv input, and what the state keeps (as in Lfm2ShortConv)
-        if meta.all_decode:
-            conv = causal_conv1d_step(bx, weights.conv_weight, weights.conv_bias, pool, meta.slots,
-                                      slot_range=meta.slot_range)
+        if meta.all_decodes:
+            conv = causal_conv1d_step(bx, weights.conv_weight, weights.conv_bias, pool, meta.decode_slots,
+                                      slot_range=meta.decode_range)
         else:
             conv = causal_conv1d(bx, weights.conv_weight, weights.conv_bias, pool, meta.conv_index)
         return conv.mul_(C)  # conv is a fresh tensor on both paths: gate it in place
