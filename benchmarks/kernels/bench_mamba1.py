@@ -34,7 +34,7 @@ from mixboard import CommonBatchMetadata, Mamba1Spec, Mamba1Weights, simulate
 from mixboard.kinds.mamba1 import mamba1_state
 from mixboard.ops.checks import build_impl
 from mixboard.testing import allocate_state
-from mixboard_mamba1.backends import Mamba1Torch
+from mixboard_mamba1.torch_backend import Mamba1Torch
 
 HIDDEN, D_STATE, D_CONV, DT_RANK = 1024, 16, 4, 64
 PREFILL_SEQS, PREFILL_LEN = 4, 1024

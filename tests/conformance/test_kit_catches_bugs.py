@@ -18,7 +18,7 @@ import torch
 from mixboard import Registry
 from mixboard.ops.causal_conv import causal_conv1d_step
 from mixboard.testing.conformance import run_suite, tolerance_for
-from mixboard_mamba1.backends import Mamba1Torch
+from mixboard_mamba1.torch_backend import Mamba1Torch
 from mixboard_mamba2.torch_backend import Mamba2Torch
 from mixboard_sdpa.backend import SdpaAttention
 from mixboard_sdpa.impl import SdpaAttentionImpl

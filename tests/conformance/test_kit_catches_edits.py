@@ -14,7 +14,7 @@ import torch
 
 from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
 from mixboard.testing.conformance import run_suite
-from mixboard_mamba1.backends import Mamba1Torch
+from mixboard_mamba1.torch_backend import Mamba1Torch
 from mixboard_sdpa.backend import SdpaAttention
 from mixboard_sdpa.impl import SdpaAttentionImpl
 from mixboard_shortconv.inputs import check_inputs

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mixboard.testing.conformance import run_suite
-from mixboard_mamba1.backends import Mamba1Torch
+from mixboard_mamba1.torch_backend import Mamba1Torch
 from mixboard_mamba2.torch_backend import Mamba2Torch
 from mixboard_mamba2.torch_impl import Mamba2TorchImpl
 from mixboard_sdpa.backend import SdpaAttention

@@ -24,7 +24,7 @@ import pytest
 from mixboard.selection import module_missing
 from mixboard.testing.conformance import run_suite
 from mixboard_flash_attn import FlashAttention
-from mixboard_mamba1.backends import Mamba1Cuda
+from mixboard_mamba1.cuda_backend import Mamba1Cuda
 from mixboard_mamba2.triton_backend import Mamba2Triton
 from mixboard_shortconv.cuda_backend import ShortConvCuda
 

@@ -9,7 +9,7 @@ import pytest
 
 from mixboard import AttentionSpec, Mamba1Spec, Mamba2Spec, ShortConvSpec, simulate
 from mixboard_flash_attn import FlashAttention
-from mixboard_mamba1.backends import Mamba1Cuda
+from mixboard_mamba1.cuda_backend import Mamba1Cuda
 from mixboard_mamba2.triton_backend import Mamba2Triton
 from mixboard_shortconv.cuda_backend import ShortConvCuda
 

@@ -20,7 +20,8 @@ from mixboard import CommonBatchMetadata, Mamba1Spec, Mamba1Weights, Registry, s
 from mixboard.ops.checks import BackendInputError, build_impl  # noqa: E402
 from mixboard.selection import module_missing  # noqa: E402
 from mixboard.testing import Mamba1Oracle, allocate_state  # noqa: E402
-from mixboard_mamba1.backends import Mamba1Cuda, Mamba1Torch  # noqa: E402
+from mixboard_mamba1.cuda_backend import Mamba1Cuda  # noqa: E402
+from mixboard_mamba1.torch_backend import Mamba1Torch  # noqa: E402
 
 DOUBLES = Path(__file__).parent / "doubles" / "mamba1"
 CPU, H100 = simulate("cpu"), simulate("cuda", "9.0")

@@ -12,7 +12,7 @@ from mixboard import CommonBatchMetadata, Mamba1Spec, Mamba1Weights, Registry, s
 from mixboard.ops.checks import BackendInputError, build_impl
 from mixboard.testing import Mamba1Oracle, allocate_state
 from mixboard_mamba1 import scan, torch_impl
-from mixboard_mamba1.backends import Mamba1Torch
+from mixboard_mamba1.torch_backend import Mamba1Torch
 
 CPU = simulate("cpu")
 SPEC = Mamba1Spec(d_inner=24, d_state=5, d_conv=4, dt_rank=3)

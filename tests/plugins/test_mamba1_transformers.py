@@ -15,7 +15,7 @@ from mixboard import CommonBatchMetadata, Mamba1Spec, Mamba1Weights, simulate  #
 from mixboard.kinds.mamba1 import mamba1_state  # noqa: E402
 from mixboard.ops.checks import build_impl  # noqa: E402
 from mixboard.testing import allocate_state  # noqa: E402
-from mixboard_mamba1.backends import Mamba1Torch  # noqa: E402
+from mixboard_mamba1.torch_backend import Mamba1Torch  # noqa: E402
 
 CPU = simulate("cpu")
 HIDDEN = 16

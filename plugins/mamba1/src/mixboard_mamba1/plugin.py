@@ -2,8 +2,9 @@
 
 from mixboard import hookimpl
 
-from .backends import Mamba1Cuda, Mamba1Torch
 from .cpu_backend import Mamba1Cpu
+from .cuda_backend import Mamba1Cuda
+from .torch_backend import Mamba1Torch
 
 
 @hookimpl

@@ -50,9 +50,9 @@ class Mamba2Triton(Backend):
 
     @classmethod
     def builder(cls, spec: Mamba2Spec, env: Any):
-        from .triton_step import plan_triton_step
+        from .triton_meta import build_meta
 
-        return partial(plan_triton_step, conv_width=spec.d_conv)
+        return partial(build_meta, conv_width=spec.d_conv)
 
     @classmethod
     def make_impl(cls, spec: Mamba2Spec, env: Any):

@@ -8,7 +8,7 @@
   (``state_batch_indices`` = the slots), with A, dt, dt_bias and D tied per
   head by stride-0 broadcasting, as mamba-ssm's own Mamba2.step does.
 * prefills: ``mamba_chunk_scan_combined``, fresh ones packed in one varlen
-  call, a continuing one alone with its saved state (see ``triton_step``).
+  call, a continuing one alone with its saved state (see ``triton_meta``).
 * gated norm: ``rmsnorm_fn(y, z=z, norm_before_gate=False, group_size=...)``.
 
 The kernel modules are imported when the impl is built, never at plugin import.
@@ -26,7 +26,7 @@ from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
 from .inputs import InputChecks
 from .ssd import discretize
 from .torch_impl import conv_weights_as
-from .triton_step import as_triton_step
+from .triton_meta import as_meta
 
 
 class Mamba2TritonImpl(Mamba2Impl):
@@ -45,7 +45,7 @@ class Mamba2TritonImpl(Mamba2Impl):
     def forward(self, z: torch.Tensor, xBC: torch.Tensor, dt: torch.Tensor, weights: Mamba2Weights,
                 state: Mapping[str, torch.Tensor], meta: Any) -> torch.Tensor:
         spec = self.spec
-        step = as_triton_step(self.layer_name, meta, spec)
+        step = as_meta(self.layer_name, meta, spec)
         conv_pool, ssm_pool = self.check(self.layer_name, z, xBC, dt, weights, state, step.base)
         T, H, P, G, N = step.base.num_tokens, spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state
         DI = spec.d_inner

@@ -1,5 +1,5 @@
-"""The step plan of ``mamba2_triton``: which calls of mamba-ssm's chunked
-scan serve the prefills.
+"""What ``mamba2_triton``'s builder plans for a step: the common slot plan,
+and which calls of mamba-ssm's chunked scan serve the prefills.
 
 mamba-ssm 2.3's varlen scan packs sequences along one row (``seq_idx``,
 ``cu_seqlens``) but takes one initial state per *row*, and its per-sequence
@@ -31,7 +31,7 @@ class ScanCall:
 
 
 @dataclass
-class TritonStep:
+class TritonMeta:
     base: SlotStep
     scans: tuple[ScanCall, ...]
 
@@ -58,17 +58,17 @@ def _call(run: list[Prefill], device: torch.device) -> ScanCall:
     return ScanCall(start, end, slots, cu.to(device), seq_idx.to(device), None)
 
 
-def plan_triton_step(common: CommonBatchMetadata, conv_width: int) -> TritonStep:
+def build_meta(common: CommonBatchMetadata, conv_width: int) -> TritonMeta:
     base = SlotStep.plan(common, conv_width)
     device = common.state_slots.device
-    return TritonStep(base=base, scans=tuple(_call(run, device) for run in _runs(base.prefills)))
+    return TritonMeta(base=base, scans=tuple(_call(run, device) for run in _runs(base.prefills)))
 
 
-def as_triton_step(layer: str, meta: Any, spec: Any) -> TritonStep:
-    if isinstance(meta, TritonStep):
+def as_meta(layer: str, meta: Any, spec: Any) -> TritonMeta:
+    if isinstance(meta, TritonMeta):
         SlotStep.of(layer, meta.base, spec.d_conv)  # checks the conv width
         return meta
     if isinstance(meta, CommonBatchMetadata):
-        return plan_triton_step(meta, spec.d_conv)
+        return build_meta(meta, spec.d_conv)
     raise BackendInputError(f"{layer}: meta must be what this backend's builder returns (or the step's "
                             f"CommonBatchMetadata), got {type(meta).__name__}")

@@ -1,5 +1,8 @@
-"""The two mamba1 backends' declarations. Nothing heavy is imported here:
-listing and selecting must not pay for torch or the CUDA libraries."""
+"""``mamba1_cuda``: Mamba1 on the fused kernels of mamba-ssm and causal-conv1d.
+
+Declarations only: listing and selecting must not pay for torch or the CUDA
+libraries, which are imported when the backend is built (``cuda_impl.py``).
+"""
 
 from __future__ import annotations
 
@@ -10,37 +13,13 @@ from mixboard import Backend
 
 from .versions import MIN_VERSIONS, too_old
 
-DTYPES = ("float32", "bfloat16", "float16")
-
-
-class Mamba1Torch(Backend):
-    name = "mamba1_torch"
-    kind = "mamba1"
-    priority = 10
-    devices = ("*",)
-    dtypes = DTYPES
-    api_version = 1
-    description = "portable PyTorch: chunked selective scan for prefills, one fused step for decodes"
-
-    @classmethod
-    def builder(cls, spec, env):
-        from mixboard.ops.slot_step import SlotStep  # imports torch: only when a model is built
-
-        return partial(SlotStep.plan, conv_width=spec.d_conv)
-
-    @classmethod
-    def make_impl(cls, spec, env):
-        from .torch_impl import Mamba1TorchImpl
-
-        return Mamba1TorchImpl(spec)
-
 
 class Mamba1Cuda(Backend):
     name = "mamba1_cuda"
     kind = "mamba1"
     priority = 100
     devices = ("cuda",)
-    dtypes = DTYPES
+    dtypes = ("float32", "bfloat16", "float16")
     requires = ("mamba_ssm", "causal_conv1d")
     install_hint = "pip install 'mixboard-mamba1[cuda]' (builds CUDA kernels; needs a CUDA toolchain)"
     api_version = 1
