@@ -4,11 +4,18 @@ declared in pyproject.toml. Optional: where it does not build (no C
 compiler, no OpenMP), the distribution installs without it and ``mixboard
 backends`` lists ``sdpa_cpu`` as unavailable, saying so."""
 
+from pathlib import Path
+
 from setuptools import Extension, setup
+
+# plugins/include/mixboard_vec.h: the vector helpers every first-party kernel shares
+SHARED = Path(__file__).resolve().parent.parent / "include"
 
 setup(ext_modules=[Extension(
     "mixboard_sdpa._paged_decode",
     sources=["src/mixboard_sdpa/_paged_decode.c"],
+    include_dirs=[str(SHARED)],
+    depends=[str(SHARED / "mixboard_vec.h")],
     extra_compile_args=["-O3", "-fopenmp", "-Wno-psabi"],
     extra_link_args=["-fopenmp"],
     optional=True,

@@ -4,11 +4,18 @@ is declared in pyproject.toml. Optional: where it does not build (no C
 compiler, no OpenMP), the distribution installs without it and ``mixboard
 backends`` lists ``mamba2_cpu`` as unavailable, saying so."""
 
+from pathlib import Path
+
 from setuptools import Extension, setup
+
+# plugins/include/mixboard_vec.h: the vector helpers every first-party kernel shares
+SHARED = Path(__file__).resolve().parent.parent / "include"
 
 setup(ext_modules=[Extension(
     "mixboard_mamba2._prefill",
     sources=["src/mixboard_mamba2/_prefill.c"],
+    include_dirs=[str(SHARED)],
+    depends=[str(SHARED / "mixboard_vec.h")],
     extra_compile_args=["-O3", "-fopenmp", "-Wno-psabi"],
     extra_link_args=["-fopenmp"],
     optional=True,

@@ -40,15 +40,11 @@
 #include <string.h>
 #include <omp.h>
 
+#include "mixboard_vec.h"
+
 #define MAX_GROUP 64   /* query heads per kv head (the backend's check says so) */
 #define MAX_HEAD 256   /* head size */
 #define KEYS 64        /* keys scored at a time */
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
 
 typedef struct {
     const float *q;         /* [n, heads, D], rows q_stride apart */
@@ -65,32 +61,6 @@ typedef struct {
     float scale, cap;       /* cap 0: no soft-cap */
     long window;            /* 0: every key */
 } problem;
-
-/* Sixteen floats at a time, written once for every instruction set: GCC's
- * vector extension lowers a 64-byte vector to one AVX-512 register, two
- * AVX2 ones or four SSE ones (target_clones above). */
-typedef float vec __attribute__((vector_size(64)));
-typedef int ivec __attribute__((vector_size(64)));
-#define LANES 16
-
-static inline vec load(const float *p) { vec v; __builtin_memcpy(&v, p, sizeof v); return v; }
-static inline vec splat(float x) { return (vec){0} + x; }
-static inline vec pick(ivec mask, vec a, vec b) { return (vec)(((ivec)a & mask) | ((ivec)b & ~mask)); }
-
-static inline float lane_sum(vec v) {
-#if defined(__clang__)
-    v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-    v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    v += __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-#else
-    v += __builtin_shuffle(v, (ivec){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-    v += __builtin_shuffle(v, (ivec){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-    v += __builtin_shuffle(v, (ivec){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-    v += __builtin_shuffle(v, (ivec){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
-#endif
-    return v[0];
-}
 
 /* e^x for x <= 0 (scores minus their maximum), sixteen at a time:
  * 2^(x log2 e) = 2^n 2^f, n an integer, |f| <= 1/2, 2^f by its Taylor

@@ -26,56 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
-#define INLINE static inline __attribute__((always_inline))
+#include "mixboard_vec.h"
 
-typedef float vec __attribute__((vector_size(64)));
-typedef int ivec __attribute__((vector_size(64)));
-#define LANES 16
 #define BLOCK 64  /* channels per work item of the conv and scan phases */
 #define LOG2E 1.44269504088896341f
-
-INLINE vec load(const float *p) { vec v; memcpy(&v, p, sizeof v); return v; }
-INLINE void put(float *p, vec v) { memcpy(p, &v, sizeof v); }
-INLINE vec splat(float x) { return (vec){0} + x; }
-INLINE vec pick(ivec mask, vec a, vec b) { return (vec)(((ivec)a & mask) | ((ivec)b & ~mask)); }
-
-/* The first count (<= LANES) floats at p, zeros after them. */
-INLINE vec load_n(const float *p, long count) {
-    if (count == LANES) return load(p);
-    float t[LANES] = {0};
-    memcpy(t, p, count * sizeof(float));
-    return load(t);
-}
-
-INLINE void put_n(float *p, vec v, long count) {
-    if (count == LANES) {
-        put(p, v);
-    } else {
-        float t[LANES];
-        put(t, v);
-        memcpy(p, t, count * sizeof(float));
-    }
-}
-
-#if defined(__clang__)
-#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (ivec){__VA_ARGS__})
-#endif
-
-/* The sum of the lanes, in four steps of halving (a dependent chain of 15 scalar adds is ~3x slower). */
-INLINE float lane_sum(vec v) {
-    v += SHUFFLE(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    v += SHUFFLE(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-    v += SHUFFLE(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    v += SHUFFLE(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-    return v[0];
-}
 
 /* Lane k of the result: the sum of r[k]'s lanes, for 16 vectors at once.
  * Each level adds the two halves of pairs of vectors, packing both pairs'

@@ -35,40 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
-#define INLINE static inline __attribute__((always_inline))
+#include "mixboard_vec.h"
 
-typedef float vec __attribute__((vector_size(64)));
-typedef int ivec __attribute__((vector_size(64)));
-#define LANES 16
 #define Q 64  /* tokens per chunk */
-
-INLINE vec load(const float *p) { vec v; memcpy(&v, p, sizeof v); return v; }
-INLINE void put(float *p, vec v) { memcpy(p, &v, sizeof v); }
-INLINE vec splat(float x) { return (vec){0} + x; }
-INLINE vec pick(ivec mask, vec a, vec b) { return (vec)(((ivec)a & mask) | ((ivec)b & ~mask)); }
-
-/* The first count (<= LANES) floats at p, zeros after them; and the converse store. */
-INLINE vec load_n(const float *p, long count) {
-    if (count >= LANES) return load(p);
-    float t[LANES] = {0};
-    memcpy(t, p, count * sizeof(float));
-    return load(t);
-}
-
-INLINE void put_n(float *p, vec v, long count) {
-    if (count >= LANES) {
-        put(p, v);
-    } else {
-        float t[LANES];
-        put(t, v);
-        memcpy(p, t, count * sizeof(float));
-    }
-}
 
 /* e^x for x <= 0, clamped at -87 (2^n stays a normal float; the result is then ~1e-38, never a
  * denormal): 2^(x log2 e) = 2^n 2^f, n the nearest integer, 2^f by its Taylor series to the 7th

@@ -19,39 +19,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
-#define INLINE static inline __attribute__((always_inline))
+#include "mixboard_vec.h"
 
-typedef float vec __attribute__((vector_size(64)));
-#define LANES 16
 #define BLOCK 64
 #define MAX_WIDTH 8
-
-INLINE vec load_n(const float *p, long count) {
-    vec v;
-    if (count >= LANES) {
-        memcpy(&v, p, sizeof v);
-    } else {
-        float t[LANES] = {0};
-        memcpy(t, p, count * sizeof(float));
-        memcpy(&v, t, sizeof v);
-    }
-    return v;
-}
-
-INLINE void put_n(float *p, vec v, long count) {
-    if (count >= LANES) {
-        memcpy(p, &v, sizeof v);
-    } else {
-        float t[LANES];
-        memcpy(t, &v, sizeof v);
-        memcpy(p, t, count * sizeof(float));
-    }
-}
 
 typedef struct {
     const float *B, *C, *x;  /* [T, D] each, rows ldb / ldc / ldx apart */
