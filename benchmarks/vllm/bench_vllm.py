@@ -3,14 +3,17 @@ on mixboard's backends (mixboard-vllm), and mixboard's own runner. Batch 1 and 1
 prompts, 64 new tokens each, greedy; each engine in its own process, generate() timed after a
 warm-up. Run in the vLLM lane's venv:
 
-    LD_PRELOAD=$PWD/.venv-vllm/lib/libiomp5.so .venv-vllm/bin/python benchmarks/vllm/bench_vllm.py [MODEL]
+    LD_PRELOAD=$PWD/.venv-vllm/lib/libiomp5.so .venv-vllm/bin/python benchmarks/vllm/bench_vllm.py [MODEL] [--rounds N]
 
-Without MODEL it writes a tiny random llama (integrations/vllm/tests/models.py)."""
+Without MODEL it writes a tiny random llama (integrations/vllm/tests/models.py). The engines take
+turns, round after round, and the table gives each one's median and range."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,23 +58,49 @@ def run(code: str, env: dict) -> dict:
 
 
 def main() -> None:
-    if len(sys.argv) > 1:
-        path = sys.argv[1]
-    else:
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "integrations", "vllm", "tests"))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", nargs="?", help="checkpoint directory (default: a tiny random llama written here)")
+    ap.add_argument("--size", choices=("tiny", "runner"), default="tiny",
+                    help="without MODEL: 'tiny' (3 layers, hidden 128: the integration's per-step cost) or 'runner' "
+                         "(benchmarks/runner's ~40 M llama: 8 layers, hidden 512, vocab 32,000)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds; each runs every engine once, alternating (default 3)")
+    args = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    if args.model:
+        path = args.model
+    elif args.size == "tiny":
+        sys.path.insert(0, os.path.join(here, "..", "..", "integrations", "vllm", "tests"))
         from models import llama
 
         path = os.path.join(tempfile.mkdtemp(), "llama")
         llama(path)
-    args = dict(path=path, batches=BATCHES, prompt=PROMPT, new=NEW)
-    rows = [("vLLM, its own CPU layers", run(VLLM.format(**args), {"MIXBOARD_VLLM": "0"})),
-            ("vLLM, layers on mixboard backends", run(VLLM.format(**args), {"MIXBOARD_VLLM": "1"})),
-            ("mixboard's own runner", run(RUNNER.format(**args), {}))]
-    print(f"| engine ({os.path.basename(path)}, float32, {PROMPT}-token prompts, {NEW} new) | "
-          + " | ".join(f"batch {b} tok/s" for b in BATCHES) + " |")
+    else:
+        sys.path.insert(0, os.path.join(here, "..", "runner"))
+        from bench_runner import CHECKPOINTS, CLASSES, MAKE
+
+        path = os.path.join(tempfile.mkdtemp(), "llama-40m")
+        code = MAKE.format(cls=CLASSES["llama"], config=CHECKPOINTS["llama"], path=path)
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    fmt = dict(path=path, batches=BATCHES, prompt=PROMPT, new=NEW)
+    engines = [("vLLM, its own CPU layers", VLLM, {"MIXBOARD_VLLM": "0"}),
+               ("vLLM, layers on mixboard backends", VLLM, {"MIXBOARD_VLLM": "1"}),
+               ("mixboard's own runner", RUNNER, {})]
+    results: dict[str, list[dict]] = {name: [] for name, _, _ in engines}
+    for r in range(args.rounds):
+        order = engines if r % 2 == 0 else engines[::-1]  # alternate, so that drift hits every side alike
+        for name, code, env in order:
+            results[name].append(run(code.format(**fmt), env))
+            print(f"round {r + 1}/{args.rounds}: {name}: " + ", ".join(
+                f"batch {b} {results[name][-1][b]:.0f} tok/s" for b in BATCHES), file=sys.stderr)
+    print(f"| engine ({os.path.basename(path)}, float32, {PROMPT}-token prompts, {NEW} new; median (range) of "
+          f"{args.rounds}) | " + " | ".join(f"batch {b} tok/s" for b in BATCHES) + " |")
     print("| --- |" + " ---: |" * len(BATCHES))
-    for name, res in rows:
-        print(f"| {name} | " + " | ".join(f"{res[b]:.0f}" for b in BATCHES) + " |")
+    for name, runs in results.items():
+        cells = []
+        for b in BATCHES:
+            v = sorted(x[b] for x in runs)
+            cells.append(f"{statistics.median(v):.0f} ({v[0]:.0f}-{v[-1]:.0f})")
+        print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"load average: {os.getloadavg()[0]:.1f}")
 
 
