@@ -76,10 +76,12 @@ def main() -> None:
         llama(path)
     else:
         sys.path.insert(0, os.path.join(here, "..", "runner"))
-        from bench_runner import CHECKPOINTS, CLASSES, MAKE
+        from bench_runner import CHECKPOINTS
 
         path = os.path.join(tempfile.mkdtemp(), "llama-40m")
-        code = MAKE.format(cls=CLASSES["llama"], config=CHECKPOINTS["llama"], path=path)
+        # its own import line: this venv's transformers cannot `import *`
+        code = (f"import torch\nfrom transformers import LlamaConfig, LlamaForCausalLM\ntorch.manual_seed(0)\n"
+                f"LlamaForCausalLM({CHECKPOINTS['llama']}).save_pretrained({path!r})")
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     fmt = dict(path=path, batches=BATCHES, prompt=PROMPT, new=NEW)
     engines = [("vLLM, its own CPU layers", VLLM, {"MIXBOARD_VLLM": "0"}),
