@@ -58,17 +58,19 @@ class SlotStep:
         if not isinstance(common, CommonBatchMetadata):
             raise TypeError(f"a slot-state builder takes the step's CommonBatchMetadata, not {type(common).__name__}")
         nd = common.num_decodes
-        starts = common.query_start_loc_cpu.tolist()
-        contexts = common.context_lens_cpu.tolist()
         slots = common.state_slots_cpu.tolist()
+        prefills: tuple[Prefill, ...] = ()
+        if nd < common.num_seqs:  # a step of decodes only, the most frequent, reads no offsets or contexts
+            starts, contexts = common.query_start_loc_cpu.tolist(), common.context_lens_cpu.tolist()
+            prefills = tuple(Prefill(starts[i], starts[i + 1], slots[i], contexts[i] == 0)
+                             for i in range(nd, common.num_seqs))
         return cls(
             common=common,
             conv_width=conv_width,
             num_tokens=common.num_tokens,
             num_decodes=nd,
             decode_range=consecutive(slots[:nd]),
-            prefills=tuple(Prefill(starts[i], starts[i + 1], slots[i], contexts[i] == 0)
-                           for i in range(nd, common.num_seqs)),
+            prefills=prefills,
             slots_cpu=common.state_slots_cpu,
             slot_bounds=slot_bounds(slots),
             repeated_slots=repeated(slots),
@@ -95,18 +97,22 @@ class SlotStep:
     @cached_property
     def decode_slots(self) -> torch.Tensor:
         """int64 [num_decodes] on the device: for index_select, index_copy_ and SlotRecords."""
-        return self.common.state_slots[:self.num_decodes].long()
+        return self._decodes_of(self.common.state_slots).long()
 
     @cached_property
     def decode_slots_i32(self) -> torch.Tensor:
         """int32 [num_decodes] on the device: the state indices CUDA kernels take
         (causal-conv1d's conv_state_indices, mamba-ssm's state_batch_indices)."""
-        return self.common.state_slots[:self.num_decodes].to(torch.int32).contiguous()
+        return self._decodes_of(self.common.state_slots).to(torch.int32).contiguous()
 
     @cached_property
     def conv_index(self) -> ConvIndex | None:
         """The ragged conv's index; None in a step of decodes only, which convolves one window per sequence."""
         return None if self.all_decodes else ConvIndex.build(self.common, self.conv_width)
+
+    def _decodes_of(self, per_sequence: torch.Tensor) -> torch.Tensor:
+        # a step of decodes only, the most frequent, needs no slice
+        return per_sequence if self.all_decodes else per_sequence[:self.num_decodes]
 
     def check_slots(self, layer: str, num_slots: int) -> None:
         """Every sequence's slot must lie in pools of ``num_slots`` records, and be its own."""
