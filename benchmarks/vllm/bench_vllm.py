@@ -38,7 +38,7 @@ RUNNER = """
 import json, time
 from mixboard_runner.engine import Engine
 from mixboard_runner.sampling import SamplingParams
-engine = Engine({path!r}, max_seqs=16)
+engine = Engine({path!r}, max_seqs=16, reuse_host_memory=True)  # as `mixboard run` does
 res = {{}}
 for b in {batches}:
     prompts = [[(13 * i + 7 * j) % 256 for i in range({prompt})] for j in range(b)]
