@@ -5,10 +5,15 @@ built (``triton_impl.py``). Written against mamba-ssm 2.2/2.3 and Triton 3.
 On NVIDIA the compute capability limits it; on AMD (ROCm) Triton compiles
 for the GPU's gfx architecture and the capability does not apply: ROCm
 builds of mamba-ssm and Triton exist but are untested here.
+
+On CPU it runs only under Triton's interpreter (``TRITON_INTERPRET=1``),
+the lane that verifies the real kernels without a GPU: float32 only there,
+as the interpreter's bfloat16 and float16 results are silently wrong.
 """
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Any
 
@@ -19,11 +24,17 @@ from mixboard.kinds.mamba2 import Mamba2Spec
 NORM_GROUP_BYTES = 65536
 
 
+def triton_interpreter_on() -> bool:
+    """Whether Triton runs its kernels in its interpreter, as Triton reads ``TRITON_INTERPRET``
+    (read, not imported: the check imports nothing)."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
+
+
 class Mamba2Triton(Backend):
     name = "mamba2_triton"
     kind = "mamba2"
     priority = 100
-    devices = ("cuda",)
+    devices = ("cuda", "cpu")  # cpu: under Triton's interpreter only (check)
     dtypes = ("float32", "bfloat16", "float16")
     requires = ("mamba_ssm", "triton")
     install_hint = ("pip install 'mixboard-mamba2[triton]' on a CUDA or ROCm machine; mamba-ssm compiles its "
@@ -35,6 +46,13 @@ class Mamba2Triton(Backend):
     @classmethod
     def check(cls, spec: Mamba2Spec, env: Any) -> list[str]:
         reasons = []
+        interpreted = triton_interpreter_on()
+        if env.device == "cpu" and not interpreted:
+            reasons.append("runs on cpu only under Triton's interpreter (TRITON_INTERPRET=1), a test lane thousands "
+                           "of times slower than the CPU backends; on a GPU otherwise")
+        elif interpreted and spec.dtype != "float32":
+            reasons.append(f"Triton's interpreter (TRITON_INTERPRET=1) gives wrong {spec.dtype} results; "
+                           "float32 only there")
         cap = env.capability  # NVIDIA's only: None on ROCm (and where unknown), which these limits do not concern
         if cap is not None and cap < (7, 0):
             reasons.append(f"Triton needs compute capability 7.0 or newer; this GPU has {env.capability_text}")

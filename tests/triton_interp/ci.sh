@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The Triton-interpreter lane: mamba-ssm's own Triton kernels on CPU tensors (TRITON_INTERPRET=1),
+# through the conformance kit. Its own venv (.venv-triton, git-ignored) layered on the dev venv
+# (.venv, read through a .pth): triton lives only here, because transformers imports triton
+# wherever it is installed, and the main suite's doubles of mamba_ssm/triton then skip.
+# mamba-ssm is not installed: its sources are fetched and imported by tests/triton_interp/harness.py.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [ ! -x .venv-triton/bin/python ]; then
+  python3 -m venv .venv-triton
+  purelib="import sysconfig; print(sysconfig.get_paths()['purelib'])"
+  dev=$(.venv/bin/python -c "$purelib")
+  echo "import site; site.addsitedir('$dev')" > "$(.venv-triton/bin/python -c "$purelib")/zz_dev_venv.pth"
+  .venv-triton/bin/pip install -q "triton==3.9.*" "einops==0.8.*"
+fi
+PATH="$PWD/.venv/bin:$PATH" bash tests/triton_interp/fetch_mamba_ssm.sh  # the dev venv: torch and wheel for the sdist's setup.py
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv-triton/bin/python -m pytest -p no:cacheprovider -s \
+  tests/triton_interp/lane_mamba2_triton.py "$@"
