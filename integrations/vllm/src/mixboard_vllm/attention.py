@@ -117,8 +117,7 @@ class MixboardAttentionImpl(AttentionImpl):
             ("cross-layer KV sharing", kv_sharing_target_layer_name is not None)) if present]
         self.unsupported += [key for key, value in extra.items() if value is not None and value is not False]
         self._bound = None
-        self._pools_key = None
-        self._pools = None
+        self._pools = state.PoolViews(state.paged_pools)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):
@@ -127,10 +126,8 @@ class MixboardAttentionImpl(AttentionImpl):
         bound = self._bound
         if bound is None:
             bound = self._bound = process_plan().layer(layer.layer_name)
-        key_ = (kv_cache.data_ptr(), tuple(kv_cache.shape))
-        if key_ != self._pools_key:  # vLLM re-binds caches after profiling: view them again
-            self._pools_key, self._pools = key_, state.paged_pools(kv_cache, bound)
         T = attn_metadata.common.num_tokens
-        out = bound.impl.forward(query[:T], key[:T], value[:T], self._pools, attn_metadata.metas[bound.group])
+        out = bound.impl.forward(query[:T], key[:T], value[:T], self._pools(kv_cache, bound),
+                                 attn_metadata.metas[bound.group])
         output[:T].copy_(out.reshape(output[:T].shape))
         return output

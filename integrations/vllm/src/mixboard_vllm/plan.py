@@ -27,25 +27,30 @@ class Bound:
         self.impl, self.group, self.state_spec = impl, group, state_spec
 
 
-def _layer_spec(name: str, layer) -> tuple[str, Any] | None:
-    """(kind, spec) of a layer mixboard runs; None for one vLLM would run itself."""
-    from .attention import MixboardAttentionImpl, attention_spec
+def _runs_on_mixboard(layer) -> bool:
+    """A replaced slot-state layer, or an attention layer built on the integration's backend."""
+    from .attention import MixboardAttentionImpl
     from .layers.base import MixboardLayer
 
+    return isinstance(layer, MixboardLayer) or isinstance(getattr(layer, "impl", None), MixboardAttentionImpl)
+
+
+def _layer_spec(name: str, layer) -> tuple[str, Any] | None:
+    """(kind, spec) of a layer mixboard runs; None for one vLLM would run itself."""
+    from .attention import attention_spec
+    from .layers.base import MixboardLayer
+
+    if not _runs_on_mixboard(layer):
+        return None
     if isinstance(layer, MixboardLayer):
         return layer.mixboard_kind, layer.mixboard_spec()
-    if isinstance(getattr(layer, "impl", None), MixboardAttentionImpl):
-        return "attention", attention_spec(name, layer)
-    return None
+    return "attention", attention_spec(name, layer)
 
 
 def refuse_foreign(layer) -> None:
     """Called as each mixer layer is built (compat.on_mixer_layer_built): mixboard runs every one,
     or start-up fails here, naming the layer, before vLLM could run it quietly on its own."""
-    from .attention import MixboardAttentionImpl
-    from .layers.base import MixboardLayer
-
-    if isinstance(layer, MixboardLayer) or isinstance(getattr(layer, "impl", None), MixboardAttentionImpl):
+    if _runs_on_mixboard(layer):
         return
     name, backend = compat.layer_name(layer), compat.attention_backend_name(layer)
     if backend is not None and type(layer).__name__ == "Attention":

@@ -6,14 +6,25 @@ give the whole model's fingerprint (mixboard.plan.fingerprint_of), which every r
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from mixboard.plan import fingerprint_of
 
 from . import compat
 from .errors import StartupError
 
 
+class RankPlan(NamedTuple):
+    """What each rank contributes to the gather."""
+    rank: int
+    stage: int
+    fingerprint: str | None  # of this stage's part; None where the rank could not plan
+    rows: list  # Plan.fingerprint_rows(): [name, kind, spec, backend, distribution, version] per layer
+    failure: str | None  # why the rank could not plan
+
+
 def _differences(a: list, b: list, limit: int = 3) -> str:
-    diff = [f"{x[0]}: {x[3]} vs {y[3]}" for x, y in zip(a, b) if x != y]
+    diff = [f"{x[0]}: {x[3]} vs {y[3]}" for x, y in zip(a, b) if x != y]  # layer: backend vs backend
     if not diff:
         return "same backends, different plugin versions or specs"
     return "; ".join(diff[:limit]) + (f"; ... ({len(diff)} layers differ)" if len(diff) > limit else "")
@@ -29,22 +40,22 @@ def check_same_plan(rank: int, world: int, plan, failure: str | None = None) -> 
     import torch.distributed as dist
 
     stage = compat.pipeline_stage()
-    mine = (rank, stage, None, [], failure) if plan is None else (
-        rank, stage, plan.fingerprint, plan.fingerprint_rows(), None)
-    gathered: list = [None] * world
+    mine = (RankPlan(rank, stage, None, [], failure) if plan is None
+            else RankPlan(rank, stage, plan.fingerprint, plan.fingerprint_rows(), None))
+    gathered: list[RankPlan] = [None] * world
     dist.all_gather_object(gathered, mine, group=compat.world_cpu_group())
     if failure is not None:
         return None
     for other in gathered:
-        if other[4] is not None:
-            raise StartupError(f"mixboard-vllm: rank {other[0]} could not plan the model: "
-                               f"{other[4].removeprefix('mixboard-vllm: ')}")
-    first_of_stage: dict[int, tuple] = {}
+        if other.failure is not None:
+            raise StartupError(f"mixboard-vllm: rank {other.rank} could not plan the model: "
+                               f"{other.failure.removeprefix('mixboard-vllm: ')}")
+    first_of_stage: dict[int, RankPlan] = {}
     for other in gathered:
-        ref = first_of_stage.setdefault(other[1], other)
-        if other[2] != ref[2]:
+        ref = first_of_stage.setdefault(other.stage, other)
+        if other.fingerprint != ref.fingerprint:
             raise StartupError(
-                f"mixboard-vllm: ranks planned the model differently: rank {ref[0]} fingerprint {ref[2]}, "
-                f"rank {other[0]} fingerprint {other[2]} ({_differences(ref[3], other[3])}); install the same "
-                "mixboard plugins and set the same MIXBOARD_* variables on every node")
-    return fingerprint_of([row for s in sorted(first_of_stage) for row in first_of_stage[s][3]])
+                f"mixboard-vllm: ranks planned the model differently: rank {ref.rank} fingerprint {ref.fingerprint}, "
+                f"rank {other.rank} fingerprint {other.fingerprint} ({_differences(ref.rows, other.rows)}); install "
+                "the same mixboard plugins and set the same MIXBOARD_* variables on every node")
+    return fingerprint_of([row for stage in sorted(first_of_stage) for row in first_of_stage[stage].rows])

@@ -92,3 +92,20 @@ def slot_pools(kv_cache, bound) -> dict[str, torch.Tensor]:
         raise StartupError(f"mixboard-vllm: layer {bound.name}: vLLM bound {len(kv_cache)} state tensors but backend "
                            f"{bound.backend} declares {len(tensors)} ({', '.join(n for n, _ in tensors)})")
     return {name: pool for (name, _), pool in zip(tensors, kv_cache)}
+
+
+class PoolViews:
+    """One layer's pools over the cache vLLM bound to it, viewed once: vLLM binds its caches after
+    the profile run (and may bind again), so the views are made anew only when the memory changes."""
+
+    __slots__ = ("_view", "_key", "_pools")
+
+    def __init__(self, view):
+        self._view, self._key, self._pools = view, None, None  # view: paged_pools or slot_pools
+
+    def __call__(self, kv_cache, bound) -> dict[str, torch.Tensor]:
+        tensors = kv_cache if isinstance(kv_cache, (list, tuple)) else (kv_cache,)
+        key = tuple((t.data_ptr(), tuple(t.shape)) for t in tensors)
+        if key != self._key:
+            self._key, self._pools = key, self._view(kv_cache, bound)
+        return self._pools

@@ -10,6 +10,7 @@ import torch
 from .. import compat
 from ..errors import StartupError
 from ..plan import process_plan
+from ..state import PoolViews, slot_pools
 
 
 def torch_dtype_name(dtype: torch.dtype) -> str:
@@ -28,8 +29,7 @@ class MixboardLayer:
         self._unsupported = unsupported
         self._bound = None
         self._weights = None
-        self._pools_key = None
-        self._pools = None
+        self._pools = PoolViews(slot_pools)
 
     # what to do instead; a kind whose vLLM layer cannot run everywhere says so (mamba1.py)
     unsupported_fix: ClassVar[str] = "set MIXBOARD_VLLM=0 to let vLLM run this model"
@@ -72,12 +72,7 @@ class MixboardLayer:
         if md is None:
             return None
         bound = self._mb()
-        key = tuple(t.data_ptr() for t in self.kv_cache)
-        if key != self._pools_key:  # vLLM binds the caches after its profile run: view them once
-            from ..state import slot_pools
-
-            self._pools_key, self._pools = key, slot_pools(self.kv_cache, bound)
-        return bound, md, self._pools
+        return bound, md, self._pools(self.kv_cache, bound)
 
 
 def _nbytes(shape, dtype) -> int:
