@@ -1,6 +1,7 @@
 """mixboard: pluggable backends for the token mixers of hybrid language models.
 
-A layer names its kind; ``get_registry().plan(...)`` picks a backend for every
+A layer names its kind (a token mixer, or a dense op: products, norms, rotary,
+embedding, argmax); ``get_registry().plan(...)`` picks a backend for every
 layer and says why. Plugins register backends through the ``mixboard``
 entry-point group (see ``mixboard.hookspecs``).
 
@@ -14,8 +15,10 @@ from .environment import Environment, detect, simulate
 from .errors import MixboardError, PluginError, SelectionError, UsageError
 from .hookspecs import hookimpl
 from .kinds import (
-    AttentionImpl, AttentionSpec, Kind, Mamba1Impl, Mamba1Spec, Mamba1Weights, Mamba2Impl, Mamba2Spec,
-    Mamba2Weights, MixerSpec, ShortConvImpl, ShortConvSpec, ShortConvWeights,
+    ArgmaxImpl, ArgmaxSpec, AttentionImpl, AttentionSpec, EmbeddingImpl, EmbeddingSpec, EmbeddingWeights, Kind,
+    LinearImpl, LinearSpec, LinearWeights, Mamba1Impl, Mamba1Spec, Mamba1Weights, Mamba2Impl, Mamba2Spec,
+    Mamba2Weights, MixerSpec, OpImpl, RMSNormImpl, RMSNormSpec, RMSNormWeights, RotaryImpl, RotarySpec,
+    ShortConvImpl, ShortConvSpec, ShortConvWeights,
 )
 from .overrides import Overrides
 from .plan import Plan
@@ -40,5 +43,7 @@ __all__ = [
     "hookimpl", "Kind", "MixerSpec", "AttentionImpl", "AttentionSpec", "Mamba1Impl", "Mamba1Spec",
     "Mamba1Weights", "Mamba2Impl", "Mamba2Spec", "Mamba2Weights", "ShortConvImpl", "ShortConvSpec",
     "ShortConvWeights", "Overrides", "Plan", "Registry", "get_registry", "reload_registry", "Selection",
-    "StateSpec", "TensorSpec",
+    "StateSpec", "TensorSpec", "OpImpl", "LinearImpl", "LinearSpec", "LinearWeights", "RMSNormImpl", "RMSNormSpec",
+    "RMSNormWeights", "RotaryImpl", "RotarySpec", "EmbeddingImpl", "EmbeddingSpec", "EmbeddingWeights",
+    "ArgmaxImpl", "ArgmaxSpec",
 ]

@@ -1,0 +1,82 @@
+"""Reference implementations ("oracles") of the dense kinds: linear,
+rms_norm, rotary, embedding, argmax. Each is the executable definition of
+its kind: obviously correct, float64 inside, the output cast back to the
+layer's dtype (the residual sum of rms_norm keeps its own). Interfaces as
+the kinds' (``help(mixboard.LinearImpl)``, ...)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..dtypes import torch_dtype
+from ..ops.rope import inv_freq
+
+
+class _Loaded:
+    def __init__(self, spec):
+        self.spec = spec
+        self.dtype = torch_dtype(spec.dtype)
+
+    def load(self, weights) -> None:
+        self.weights = weights
+
+
+class LinearOracle(_Loaded):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.weights.weight.double(), self.weights.bias
+        y = x.double() @ w.T
+        if b is not None:
+            y = y + b.double()
+        if self.spec.gated:
+            gate, up = y.split(self.spec.out_features, dim=-1)
+            y = torch.nn.functional.silu(gate) * up
+        return y.to(self.dtype)
+
+
+class RMSNormOracle(_Loaded):
+    def forward(self, x: torch.Tensor, added: torch.Tensor | None):
+        if added is None:
+            s = x.clone()
+        elif self.spec.residual_fp32:
+            s = x.float() + added.float()
+        else:
+            s = (x.double() + added.double()).to(x.dtype)
+        sf = s.double()
+        normed = sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + self.spec.eps)
+        return (self.weights.weight.double() * normed).to(self.dtype), s
+
+
+class RotaryOracle(_Loaded):
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        return self._rotate(positions, q), self._rotate(positions, k)
+
+    def _rotate(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        half = self.spec.dim // 2
+        angles = positions.to(torch.float64)[:, None, None] * inv_freq(self.spec)  # [T, 1, half]
+        cos, sin = angles.cos(), angles.sin()
+        out = x.double().clone()
+        x1, x2 = out[..., :half].clone(), out[..., half:2 * half].clone()
+        out[..., :half] = x1 * cos - x2 * sin
+        out[..., half:2 * half] = x2 * cos + x1 * sin
+        return out.to(x.dtype)
+
+
+class EmbeddingOracle(_Loaded):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weights.weight[ids.long()].clone().to(self.dtype)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return (hidden.double() @ self.weights.weight.double().T).to(self.dtype)
+
+
+class ArgmaxOracle(_Loaded):
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        out = []
+        for row in logits.tolist():
+            nans = [i for i, v in enumerate(row) if v != v]
+            out.append(nans[0] if nans else max(range(len(row)), key=lambda i: (row[i], -i)))
+        return torch.tensor(out, dtype=torch.int64, device=logits.device)
+
+
+OP_ORACLES = {"linear": LinearOracle, "rms_norm": RMSNormOracle, "rotary": RotaryOracle,
+              "embedding": EmbeddingOracle, "argmax": ArgmaxOracle}

@@ -1,0 +1,74 @@
+"""The portable backends' declarations (their impls import torch, on first use)."""
+
+from __future__ import annotations
+
+from ..backend import Backend
+
+ALL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class _Portable(Backend):
+    priority = 10
+    devices = ("*",)
+    dtypes = ALL_DTYPES
+    api_version = 1
+
+
+class LinearTorch(_Portable):
+    name = "linear_torch"
+    kind = "linear"
+    description = "F.linear; gated: one product, then silu(gate) * up"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .linear import LinearTorchImpl
+
+        return LinearTorchImpl(spec)
+
+
+class RMSNormTorch(_Portable):
+    name = "rms_norm_torch"
+    kind = "rms_norm"
+    description = "the add, then F.rms_norm (float32 statistics in every dtype)"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .rms_norm import RMSNormTorchImpl
+
+        return RMSNormTorchImpl(spec)
+
+
+class RotaryTorch(_Portable):
+    name = "rotary_torch"
+    kind = "rotary"
+    description = "a cos/sin table grown on demand; a step's rows gathered once for every layer"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .rotary import RotaryTorchImpl
+
+        return RotaryTorchImpl(spec)
+
+
+class EmbeddingTorch(_Portable):
+    name = "embedding_torch"
+    kind = "embedding"
+    description = "row lookup; a tied LM head is F.linear over the same table"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .embedding import EmbeddingTorchImpl
+
+        return EmbeddingTorchImpl(spec)
+
+
+class ArgmaxTorch(_Portable):
+    name = "argmax_torch"
+    kind = "argmax"
+    description = "torch.argmax over each row"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .argmax import ArgmaxTorchImpl
+
+        return ArgmaxTorchImpl(spec)
