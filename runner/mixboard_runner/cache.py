@@ -18,7 +18,7 @@ import torch
 from mixboard.dtypes import torch_dtype
 from mixboard.errors import UsageError
 from mixboard.state import PAGED
-from .kernels import huge_pages
+from .huge_pages import huge_pages
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -28,8 +28,9 @@ class CacheManager:
                  block_size: int = DEFAULT_BLOCK_SIZE):
         # a backend may need blocks of a multiple of some size (flash-attn: 256)
         self.block_size = block_size = math.lcm(block_size, plan.block_multiple)
-        paged = [(name, g.state_spec) for g in plan.groups if g.state_spec.layout == PAGED for name in g.layers]
-        slots = [(name, g.state_spec) for g in plan.groups if g.state_spec.layout != PAGED for name in g.layers]
+        groups = [g for g in plan.groups if g.state_spec.tensors]  # a layer that keeps no state gets no pool
+        paged = [(name, g.state_spec) for g in groups if g.state_spec.layout == PAGED for name in g.layers]
+        slots = [(name, g.state_spec) for g in groups if g.state_spec.layout != PAGED for name in g.layers]
         block_bytes = block_size * sum(spec.record_bytes() for _, spec in paged)
         slot_bytes = sum(spec.record_bytes() for _, spec in slots)
         self.has_paged, self.has_slots = bool(paged), bool(slots)
@@ -97,6 +98,6 @@ class CacheManager:
 
 
 def _zeros(shape, dtype, device) -> torch.Tensor:
-    """A zero pool, on 2 MB pages where the OS allows (kernels.huge_pages: before its first write)."""
+    """A zero pool, on 2 MB pages where the OS allows (huge_pages.py: before its first write)."""
     return huge_pages(torch.empty(shape, dtype=dtype, device=device)).zero_()
 

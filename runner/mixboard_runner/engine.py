@@ -32,7 +32,7 @@ from . import checks
 from .blame import blamed, blaming
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
 from .host_memory import reuse_freed_memory
-from .loader import build_model, load_model, products
+from .loader import build_model, load_model
 from .tokenizer import encode_prompt, load_tokenizer
 from .sampling import SamplingParams, sample
 from .scheduler import Scheduler
@@ -138,8 +138,6 @@ class Engine:
         self.plan = self.registry.plan(build_model(model, dtype).layer_decls(), self.env, backend, prefer)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
-        # what runs the stateless projections (models/linear.py), in words: printed by `mixboard run`
-        self.products = products(self.device, torch_dtype(dtype))
         self.cache = CacheManager(self.plan, self.device, cache_memory, max_seqs, block_size)
         self.scheduler = Scheduler(self.cache, self.cache.max_seqs, max_batched_tokens)
         self.stats = Stats()
@@ -149,13 +147,23 @@ class Engine:
         self._bind()
 
     def _bind(self) -> None:
-        """One impl per layer, one builder per (backend, spec), chosen by the plan."""
+        """One impl per layer, chosen by the plan. A layer that keeps state gets its pools and
+        one builder per (backend, spec) makes its step metadata; one that keeps none (a dense
+        op) takes its weights into its impl once and runs on its inputs alone."""
         builders: dict[tuple, int] = {}
         self.builders = []
         self.runtimes = {}
         self._owners = {}  # id(impl or builder) -> (backend, layer): whom an error blames
+        modules = self.model.layers()
         for layer in self.plan.layers:
             backend = layer.selection.backend
+            if not layer.selection.state_spec.tensors:
+                with blaming(layer.backend, layer.name, "making its impl"):
+                    impl = build_impl(backend, layer.spec, self.env, layer.name)
+                with blaming(layer.backend, layer.name, "loading its weights"):
+                    modules[layer.name].bind(impl)
+                self._owners[id(impl)] = (layer.backend, layer.name)
+                continue
             key = (layer.backend, layer.spec)
             if key not in builders:
                 with blaming(layer.backend, layer.name, "making its builder"):
@@ -246,7 +254,7 @@ class Engine:
         ready = [seq for seq, _ in batch if seq.num_uncomputed == 0]
         finished = []
         if ready:
-            tokens = sample(logits, [s.params for s in ready], [s.generator for s in ready])
+            tokens = sample(logits, [s.params for s in ready], [s.generator for s in ready], self.model.argmax)
             for seq, token in zip(ready, tokens):
                 seq.tokens.append(token)
                 reason = self._stop_reason(seq, token)

@@ -9,18 +9,15 @@ import json
 import logging
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Mapping
 
 import torch
-from torch import nn
 from torch.nn import init
 
 from mixboard.dtypes import torch_dtype
 
 from .models import ARCHITECTURES, demo
 from .models.config import ConfigReader, ModelError, show
-from .models.linear import products  # noqa: F401  (the engine says what runs the projections)
-from .models.model import CausalLM
+from .models.model import CausalLM, checkpoint_names
 from .weights_file import iter_tensors
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -87,15 +84,12 @@ def load_model(model: str | Path | None, dtype: str = "float32", device: str = "
     """A model ready to run: weights loaded, checked and converted. Weights holding NaN or Inf
     are refused unless ``allow_nonfinite`` (then a warning is logged)."""
     built = build_model(model, dtype)
-    table = None
     if model not in (None, DEMO):
-        layout = built.table_layout(device, torch_dtype(dtype))
-        state = load_weights(Path(model), dict([layout]) if layout else {}, torch_dtype(dtype),
-                             allow_nonfinite=allow_nonfinite)
-        table = _assign(built, state, torch_dtype(dtype), layout, allow_nonfinite)
-        del state  # the model holds the tensors now: finalize() can free each one it re-lays
+        state = load_weights(Path(model), allow_nonfinite=allow_nonfinite)
+        _assign(built, state, torch_dtype(dtype), allow_nonfinite)
+        del state  # the model holds the tensors now: binding its ops can free each one an impl re-lays
     built = built.to(device)
-    built.finalize(table)
+    built.finalize()
     return built.eval()
 
 
@@ -145,16 +139,15 @@ def _shard(directory: Path, index: Path, name: str) -> Path:
     return path
 
 
-def load_weights(directory: Path, layouts: Mapping[str, object] = {}, layout_dtype: torch.dtype | None = None, *,
-                 allow_nonfinite: bool = False) -> dict[str, torch.Tensor]:
+def load_weights(directory: Path, *, allow_nonfinite: bool = False) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint, each checked as it is read: a name in two shards is refused, and so
-    are NaN and Inf values unless ``allow_nonfinite``. ``layouts``, ``layout_dtype``: see read_tensors."""
+    are NaN and Inf values unless ``allow_nonfinite``."""
     state: dict[str, torch.Tensor] = {}
     shard_of: dict[str, Path] = {}
     nonfinite: dict[str, int] = {}
     for path in weight_files(directory):
         try:
-            for name, tensor in iter_tensors(path, layouts, layout_dtype):
+            for name, tensor in iter_tensors(path):
                 if name in shard_of:
                     raise ModelError(f"tensor {name} is in two shards, {shard_of[name]} and {path}: mixboard will "
                                      "not guess which one is meant")
@@ -193,42 +186,29 @@ def _nonfinite_found(counts: dict[str, int], allowed: bool) -> None:
     logging.getLogger("mixboard_runner").warning("warning: %s; loading them anyway, as asked", found)
 
 
-def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype, layout=None,
-            allow_nonfinite: bool = False) -> torch.Tensor | None:
-    """Check the checkpoint's tensors against the model's and hand them over.
-    A tied table the reader laid out for inference (``layout``: name and
-    layout) is returned instead, for ``CausalLM.finalize``."""
-    expected = {name: p for name, p in model.state_dict(keep_vars=True).items()}
-    tied = "lm_head.weight" if model.tie_embeddings else None
-    missing = [n for n in expected if n not in state and n != tied]
+def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype, allow_nonfinite: bool = False) -> None:
+    """Check the checkpoint's tensors against the model's and hand them over (by the checkpoint's names)."""
+    names = checkpoint_names(model)  # the model's key -> the checkpoint's
+    params = model.state_dict(keep_vars=True)
+    expected = {names[key]: param for key, param in params.items()}
+    missing = [n for n in expected if n not in state]
     if missing:
         raise ModelError(f"checkpoint is missing {len(missing)} tensor(s), first: {', '.join(missing[:3])}")
-    unexpected = [n for n in state if n not in expected and not n.endswith("rotary_emb.inv_freq")]
+    # a tied model's LM head is its table: a checkpoint that stores it anyway is read without it
+    ignored = ("lm_head.weight",) if model.tie_embeddings else ()
+    unexpected = [n for n in state if n not in expected and n not in ignored and not n.endswith("rotary_emb.inv_freq")]
     if unexpected:
         raise ModelError(f"checkpoint has {len(unexpected)} tensor(s) this {model.info.model_type} model does not "
                          f"use, first: {', '.join(unexpected[:3])} (is config.json the checkpoint's?)")
-    laid = layout[0] if layout else None
     for name, param in expected.items():
-        if name == tied and name not in state:
-            continue
         tensor = state[name]
         if not tensor.is_floating_point():  # a quantized or foreign checkpoint: converted, it would run as garbage
             raise ModelError(f"tensor {name} has dtype {str(tensor.dtype).removeprefix('torch.')}, where a float "
                              "weight belongs (mixboard does not convert integer or bool tensors)")
-        if name == laid:  # read into its inference layout: compare with that layout's shape
-            if tuple(tensor.shape) != layout[1].stored_shape(*param.shape):
-                raise ModelError(f"tensor {name} does not have the shape the config implies, {list(param.shape)}")
-        elif tuple(tensor.shape) != tuple(param.shape):
+        if tuple(tensor.shape) != tuple(param.shape):
             raise ModelError(f"tensor {name} has shape {list(tensor.shape)}, the config implies {list(param.shape)}")
-    table = state.pop(laid) if laid else None
-    if table is not None:  # finalize() takes it; the module keeps an empty stand-in until then
-        model.get_submodule(laid.rsplit(".", 1)[0]).weight = nn.Parameter(torch.empty(0, dtype=dtype),
-                                                                        requires_grad=False)
-    converted = {n: _converted(n, t, dtype, allow_nonfinite) for n, t in state.items() if n in expected}
-    model.load_state_dict(converted, strict=False, assign=True)
-    if model.tie_embeddings:
-        model.lm_head.weight = model.trunk.get_submodule(model.trunk.embed_name).weight
-    return table
+    converted = {key: _converted(names[key], state.pop(names[key]), dtype, allow_nonfinite) for key in params}
+    model.load_state_dict(converted, strict=True, assign=True)
 
 
 def _converted(name: str, tensor: torch.Tensor, dtype: torch.dtype, allow_nonfinite: bool) -> torch.Tensor:

@@ -72,16 +72,40 @@ def _add_common(p) -> None:
 
 
 def explain_dict(plan) -> dict:
-    """The plan as explain and run print it: Plan.to_dict without each
-    layer's spec (a 60-layer model would repeat it 60 times; `select` shows one)."""
+    """The plan as explain and run print it: Plan.to_dict with each layer's backend alone (no spec:
+    a 60-layer model would repeat it 60 times, `select` shows one) and the reasons in ``choices``,
+    once for all the layers that got the same backend for the same reasons."""
     data = plan.to_dict()
-    data["layers"] = [{k: v for k, v in layer.items() if k != "spec"} for layer in data["layers"]]
+    data["layers"] = [{k: v for k, v in layer.items() if k not in ("spec", "rejected")} for layer in data["layers"]]
+    data["choices"] = [{"kind": c.kind, "backend": c.backend, "rule": c.rule, "preferred_by": c.preferred_by,
+                        "layers": c.names, "rejected": {n: list(r) for n, r in c.rejected}} for c in choices(plan)]
     return data
+
+
+class Choice:
+    """Layers of one kind that got one backend for the same reasons."""
+
+    def __init__(self, kind, backend, rule, preferred_by, rejected):
+        self.kind, self.backend, self.rule, self.preferred_by, self.rejected = kind, backend, rule, preferred_by, rejected
+        self.names: list[str] = []
+
+
+def choices(plan) -> list[Choice]:
+    """The plan's layers grouped by (kind, backend, rule, reasons), in order of first appearance."""
+    found: dict[tuple, Choice] = {}
+    for layer in plan.layers:
+        s = layer.selection
+        key = (layer.kind, layer.backend, s.rule, s.preferred_by, tuple(layer.rejected.items()))
+        choice = found.get(key)
+        if choice is None:
+            choice = found[key] = Choice(*key)
+        choice.names.append(layer.name)
+    return list(found.values())
 
 
 def print_plan(plan, verbose: bool) -> None:
     print(f"plan {plan.fingerprint} on {plan.environment}: {len(plan.layers)} layers in {len(plan.groups)} groups")
-    rows = [[g.kind, g.backend, str(len(g.layers)), _compact(g.layers)] for g in plan.groups]
+    rows = [[g.kind, g.backend, str(len(g.layers)), names_of(g.layers)] for g in plan.groups]
     print(render(["kind", "backend", "layers", "names"], rows))
     if verbose:
         for layer in plan.layers:
@@ -89,8 +113,13 @@ def print_plan(plan, verbose: bool) -> None:
                 print(f"  {layer.name}: not {name}: {'; '.join(reasons)}")
 
 
-def _compact(names) -> str:
-    return names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
+def names_of(names) -> str:
+    """Layer names in a few words: up to three patterns over the layer index
+    (model.layers.*.mlp.down_proj), else the first and the last name."""
+    patterns = list(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", name) for name in names))
+    if len(names) == 1 or len(patterns) > 3:
+        return names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
+    return ", ".join(patterns)
 
 
 def cmd_explain(args) -> int:
@@ -111,11 +140,11 @@ def cmd_explain(args) -> int:
         print(f"  ({note})")
     print()
     rows = []
-    for layer in plan.layers:
-        rejected = "; ".join(f"{n}: {', '.join(r)}" for n, r in layer.rejected.items()) or "-"
-        how = " (forced)" if layer.selection.rule else " (preferred)" if layer.selection.preferred_by else ""
-        rows.append([layer.name, layer.kind, layer.backend + how, rejected])
-    print(render(["layer", "kind", "backend", "rejected"], rows))
+    for c in choices(plan):
+        rejected = "; ".join(f"{n}: {', '.join(r)}" for n, r in c.rejected) or "-"
+        how = " (forced)" if c.rule else " (preferred)" if c.preferred_by else ""
+        rows.append([names_of(c.names), str(len(c.names)), c.kind, c.backend + how, rejected])
+    print(render(["layers", "count", "kind", "backend", "rejected"], rows))
     return 0
 
 
@@ -167,7 +196,6 @@ def cmd_run(args) -> int:
         started = time.perf_counter()
         tokens = engine.stream(prompts, params)  # checks every prompt before the first step
         print_plan(engine.plan, verbose=False)
-        print(f"projections: {engine.products}")
         _print_streamed(tokens, len(prompts))
         engine.stats.wall_s = time.perf_counter() - started
         _print_stats(engine.stats.to_dict())
@@ -182,11 +210,10 @@ def cmd_run(args) -> int:
                           "outputs": [{"prompt_ids": o.prompt_ids, "output_ids": o.output_ids, "text": o.text,
                                        "finish_reason": o.finish_reason} for o in outputs],
                           "stats": {k: stats[k] for k in ("prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
-                                                          "decode_tokens_per_s", "wall_s", "preemptions")}
-                          | {"projections": engine.products}}, indent=2))
+                                                          "decode_tokens_per_s", "wall_s", "preemptions")}},
+                         indent=2))
         return 0
     print_plan(engine.plan, verbose=False)
-    print(f"projections: {engine.products}")
     for i, out in enumerate(outputs):
         shown = out.text if out.text is not None else ",".join(map(str, out.output_ids))
         print(f"\n[{i}] {len(out.prompt_ids)} prompt tokens -> {len(out.output_ids)} new ({out.finish_reason}):\n{shown!r}")

@@ -2,8 +2,8 @@
 
 safetensors' own loaders map the file and hand out views of the mapping:
 every page a tensor touches stays resident for as long as any tensor of the
-file lives. The runner re-lays most weights once they are loaded (fused
-q/k/v, packed projections: ``models/linear.py``), so with the mapping the
+file lives. Backends re-lay many weights once they are loaded (fused
+q/k/v, packed projections: each impl's ``load``), so with the mapping the
 peak would hold the file and its re-laid copy at once. Reading each tensor
 with plain reads instead lets each original go as soon as its copy exists.
 
@@ -18,7 +18,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator
 
 import torch
 
@@ -32,27 +32,12 @@ DTYPES = {
 MAX_HEADER = 100_000_000  # the format's own limit on the JSON header
 
 
-# Bytes read at a time into a tensor stored in another layout (see read_tensors).
-RELAY_CHUNK_BYTES = 4 << 20
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the file, each in memory of its own; ModelError if the file is not valid safetensors."""
+    return dict(iter_tensors(path))
 
 
-def read_tensors(path: Path, layouts: Mapping[str, object] = {},
-                 layout_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """Every tensor of the file, each in memory of its own; ModelError if the file is not valid safetensors.
-
-    A 2-D tensor named in ``layouts`` comes back stored in that layout (for a
-    tied table: ``models.panels.PanelLayout`` or ``models.linear.ColumnMajor``),
-    read a few rows at a time: the layout its products want, without holding
-    the table twice. A layout has ``stored_shape(rows, cols)``,
-    ``empty(rows, cols, dtype)``, ``write(stored, first_row, rows)`` and
-    ``rows_multiple`` (each write but the last starts at a multiple of it).
-    ``layout_dtype``: the float dtype such a tensor is stored in, if not the file's
-    (the model's: the products read their layout in the model's dtype)."""
-    return dict(iter_tensors(path, layouts, layout_dtype))
-
-
-def iter_tensors(path: Path, layouts: Mapping[str, object] = {},
-                 layout_dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for each tensor of the file in the order of its bytes, each read when it is asked
     for (a caller can check one while it is still in cache). The whole header is checked first."""
     size = os.path.getsize(path)
@@ -70,7 +55,7 @@ def iter_tensors(path: Path, layouts: Mapping[str, object] = {},
         base = 8 + length
         entries = _entries(path, header, size - base)
         for name, dtype, shape, start, nbytes in entries:
-            yield name, _read_one(fh, path, name, dtype, shape, base + start, nbytes, layouts.get(name), layout_dtype)
+            yield name, _read_one(fh, path, name, dtype, shape, base + start, nbytes)
 
 
 def _entries(path: Path, header: dict, data_size: int) -> list[tuple]:
@@ -115,32 +100,12 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _read_one(fh, path: Path, name: str, dtype: torch.dtype, shape: list[int], offset: int, nbytes: int,
-              layout=None, layout_dtype: torch.dtype | None = None) -> torch.Tensor:
+def _read_one(fh, path: Path, name: str, dtype: torch.dtype, shape: list[int], offset: int,
+              nbytes: int) -> torch.Tensor:
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     fh.seek(offset)
-    if layout is not None and len(shape) == 2:
-        # an integer tensor keeps its dtype, for the loader to refuse by name
-        stored_dtype = layout_dtype if layout_dtype is not None and dtype.is_floating_point else dtype
-        return _read_relaid(fh, path, name, shape, dtype, layout, stored_dtype)
     buffer = bytearray(nbytes)
     if fh.readinto(buffer) != nbytes:
         raise ModelError(f"{path}: the file ends inside tensor {name}")
     return torch.frombuffer(buffer, dtype=dtype).view(shape)
-
-
-def _read_relaid(fh, path: Path, name: str, shape: list[int], dtype: torch.dtype, layout,
-                 stored_dtype: torch.dtype) -> torch.Tensor:
-    rows, cols = shape
-    stored = layout.empty(rows, cols, stored_dtype)
-    multiple = layout.rows_multiple
-    step = max(1, RELAY_CHUNK_BYTES // (cols * dtype.itemsize * multiple)) * multiple
-    buffer = bytearray(min(rows, step) * cols * dtype.itemsize)
-    for first in range(0, rows, step):
-        n = min(step, rows - first)
-        want = n * cols * dtype.itemsize
-        if fh.readinto(memoryview(buffer)[:want]) != want:
-            raise ModelError(f"{path}: the file ends inside tensor {name}")
-        layout.write(stored, first, torch.frombuffer(buffer, dtype=dtype, count=n * cols).view(n, cols))
-    return stored

@@ -8,6 +8,7 @@ import pytest
 import mixboard.registry
 from checkpoints import make_checkpoint
 from inprocess import mixboard_here
+from mixboard.torch_ops.backends import PORTABLE_BACKENDS
 from mixboard import Registry, get_registry
 from mixboard.errors import BackendError
 from mixboard_runner.engine import Engine
@@ -56,7 +57,7 @@ def broken(where: str):
                     raise IndexError("bad block table")
             return Builder()
 
-    return Registry.from_backends([Broken])
+    return Registry.from_backends([Broken, *PORTABLE_BACKENDS])
 
 
 @pytest.mark.parametrize("where, said", [

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from checkpoints import make_checkpoint
+from mixboard.torch_ops.backends import PORTABLE_BACKENDS
 from mixboard_runner.engine import Engine
 from mixboard_runner.sampling import SamplingParams, sample
 from mixboard_runner.sequence import Status
@@ -131,7 +132,7 @@ def test_cache_blocks_follow_a_backends_block_multiple(llama, engine):
             token = (spec.num_kv_heads, spec.head_size)
             return StateSpec.paged(block_multiple=48, k_cache=(token, spec.dtype), v_cache=(token, spec.dtype))
 
-    odd = Engine(llama[0], cache_memory=2**20, registry=Registry.from_backends([Sdpa48]))
+    odd = Engine(llama[0], cache_memory=2**20, registry=Registry.from_backends([Sdpa48, *PORTABLE_BACKENDS]))
     assert odd.cache.block_size == 48  # lcm(16, 48)
     params = SamplingParams(max_tokens=5, ignore_eos=True)
     batch = prompts(3)

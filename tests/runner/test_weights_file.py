@@ -12,8 +12,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from mixboard_runner.models.config import ModelError
-from mixboard_runner.models.linear import ColumnMajor
-from mixboard_runner.models.panels import PanelLayout, from_panels, to_panels
 from mixboard_runner.weights_file import read_tensors
 
 
@@ -34,35 +32,6 @@ def test_reads_what_safetensors_reads(tmp_path):
     # each tensor owns its memory: writing one leaves the others alone
     got["f32"].zero_()
     assert torch.equal(got["i64"], reference["i64"])
-
-
-@pytest.mark.parametrize("layout", [ColumnMajor, PanelLayout])
-@pytest.mark.parametrize("rows", [1, 7, 16, 33, 3000])
-def test_reads_a_table_straight_into_its_inference_layout(tmp_path, monkeypatch, rows, layout):
-    import mixboard_runner.weights_file as wf
-
-    monkeypatch.setattr(wf, "RELAY_CHUNK_BYTES", 4096)  # several chunks, the last one short
-    torch.manual_seed(rows)
-    tensors = {"table": torch.randn(rows, 96), "other": torch.randn(5, 3)}
-    path = tmp_path / "w.safetensors"
-    save_file(tensors, str(path))
-    got = read_tensors(path, {"table": layout, "not in the file": layout})
-    assert torch.equal(got["other"], tensors["other"]) and got["other"].is_contiguous()
-    assert tuple(got["table"].shape) == layout.stored_shape(rows, 96)
-    if layout is ColumnMajor:
-        assert torch.equal(got["table"], tensors["table"]) and got["table"].stride() == (1, rows)
-    else:  # the same panels as re-laying the loaded table, zero padding included
-        assert torch.equal(got["table"], to_panels(tensors["table"]))
-        assert torch.equal(from_panels(got["table"], rows), tensors["table"])
-
-
-@pytest.mark.parametrize("layout", [ColumnMajor, PanelLayout])
-def test_a_truncated_relaid_table_is_a_model_error(tmp_path, layout):
-    path = tmp_path / "w.safetensors"
-    save_file({"table": torch.randn(64, 32)}, str(path))
-    path.write_bytes(path.read_bytes()[:-100])
-    with pytest.raises(ModelError, match="lie past the end of the file"):
-        read_tensors(path, {"table": layout})
 
 
 def _raw(header: dict, data: bytes) -> bytes:

@@ -72,3 +72,8 @@ class ArgmaxTorch(_Portable):
         from .argmax import ArgmaxTorchImpl
 
         return ArgmaxTorchImpl(spec)
+
+
+# What the entry point registers; a registry made from classes (Registry.from_backends) that runs a
+# model adds these for the dense ops it does not replace.
+PORTABLE_BACKENDS = (LinearTorch, RMSNormTorch, RotaryTorch, EmbeddingTorch, ArgmaxTorch)

@@ -1,9 +1,9 @@
 """The entry point ``torch_ops``: mixboard's own portable dense backends."""
 
 from ..hookspecs import hookimpl
-from .backends import ArgmaxTorch, EmbeddingTorch, LinearTorch, RMSNormTorch, RotaryTorch
+from .backends import PORTABLE_BACKENDS
 
 
 @hookimpl
 def mixboard_backends():
-    return [LinearTorch, RMSNormTorch, RotaryTorch, EmbeddingTorch, ArgmaxTorch]
+    return list(PORTABLE_BACKENDS)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from torch import nn
-
-from .blocks import GatedMLP, RMSNorm
+from .blocks import GatedMLP
 from .config import ConfigReader
 from .llama import attention_from
 from .mamba2 import mamba2_spec
 from .mixers import AttentionLayer, Mamba2Layer
 from .model import Block, CausalLM, ModelInfo, Trunk
+from .ops import Embedding, RMSNorm
 
 
 def build(cfg: ConfigReader, dtype: str) -> CausalLM:
@@ -33,8 +32,10 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
             mixer = AttentionLayer(f"{name}.self_attn", hidden, attn_spec, rotary, bias=attn_bias)
         else:
             mixer_name, mixer = "mamba", Mamba2Layer(f"{name}.mamba", hidden, ssm_spec, bias=proj_bias)
-        blocks.append(Block("input_layernorm", RMSNorm(hidden, eps), mixer_name, mixer, "pre_ff_layernorm",
-                            RMSNorm(hidden, eps), "feed_forward", GatedMLP(hidden, mlp, bias=mlp_bias)))
-    trunk = Trunk("embed_tokens", nn.Embedding(info.vocab_size, hidden), blocks, "final_layernorm",
-                  RMSNorm(hidden, eps))
-    return CausalLM(info, "model", trunk, tie)
+        blocks.append(Block(("input_layernorm", mixer_name, "pre_ff_layernorm", "feed_forward"),
+                            RMSNorm(f"{name}.input_layernorm", hidden, eps, dtype), mixer,
+                            RMSNorm(f"{name}.pre_ff_layernorm", hidden, eps, dtype),
+                            GatedMLP(f"{name}.feed_forward", hidden, mlp, dtype, bias=mlp_bias)))
+    trunk = Trunk(("embed_tokens", "final_layernorm"), Embedding("model.embed_tokens", info.vocab_size, hidden, dtype, tie),
+                  blocks, RMSNorm("model.final_layernorm", hidden, eps, dtype))
+    return CausalLM(info, "model", trunk, tie, dtype)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
-
 from mixboard import AttentionSpec, Mamba1Spec, Mamba2Spec, ShortConvSpec
 
-from .blocks import GatedMLP, RMSNorm, Rotary
+from .blocks import GatedMLP
 from .mixers import AttentionLayer, Mamba1Layer, Mamba2Layer, ShortConvLayer
 from .model import Block, CausalLM, ModelInfo, Trunk
+from .ops import Embedding, RMSNorm, Rotary
 
 HIDDEN, VOCAB, EOS = 256, 258, 256  # 256 bytes, then <eos> and <pad>
 PATTERN = ("attention", "mamba2", "short_conv", "mamba1") * 2
@@ -40,7 +39,7 @@ def build(dtype: str = "float32", seed: int = 0) -> CausalLM:
 
 def _build(dtype: str) -> CausalLM:
     attn = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=64, dtype=dtype)
-    rotary = Rotary(64, 10000.0)
+    rotary = Rotary("model.rotary_emb", 64, 10000.0, dtype)
     makers = {
         "attention": lambda n: ("self_attn", AttentionLayer(f"{n}.self_attn", HIDDEN, attn, rotary)),
         "mamba2": lambda n: ("mixer", Mamba2Layer(f"{n}.mixer", HIDDEN, Mamba2Spec(
@@ -51,9 +50,13 @@ def _build(dtype: str) -> CausalLM:
     }
     blocks = []
     for i, kind in enumerate(PATTERN):
-        mixer_name, mixer = makers[kind](f"model.layers.{i}")
-        blocks.append(Block("input_layernorm", RMSNorm(HIDDEN, 1e-5), mixer_name, mixer,
-                            "post_mixer_layernorm", RMSNorm(HIDDEN, 1e-5), "mlp", GatedMLP(HIDDEN, 2 * HIDDEN)))
+        name = f"model.layers.{i}"
+        mixer_name, mixer = makers[kind](name)
+        blocks.append(Block(("input_layernorm", mixer_name, "post_mixer_layernorm", "mlp"),
+                            RMSNorm(f"{name}.input_layernorm", HIDDEN, 1e-5, dtype), mixer,
+                            RMSNorm(f"{name}.post_mixer_layernorm", HIDDEN, 1e-5, dtype),
+                            GatedMLP(f"{name}.mlp", HIDDEN, 2 * HIDDEN, dtype)))
     info = ModelInfo("demo", VOCAB, HIDDEN, 4096, (EOS,))
-    trunk = Trunk("embed_tokens", nn.Embedding(VOCAB, HIDDEN), blocks, "norm", RMSNorm(HIDDEN, 1e-5))
-    return CausalLM(info, "model", trunk, tie_embeddings=True)
+    trunk = Trunk(("embed_tokens", "norm"), Embedding("model.embed_tokens", VOCAB, HIDDEN, dtype, tied=True), blocks,
+                  RMSNorm("model.norm", HIDDEN, 1e-5, dtype))
+    return CausalLM(info, "model", trunk, tie_embeddings=True, dtype=dtype)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from mixboard import ShortConvSpec
 
-from .blocks import GatedMLP, RMSNorm
+from .blocks import GatedMLP
 from .config import ConfigReader, ModelError, show
 from .llama import attention_from
 from .mixers import AttentionLayer, ShortConvLayer
 from .model import Block, CausalLM, ModelInfo, Trunk
+from .ops import Embedding, RMSNorm
 
 LAYER_TYPES = ("conv", "full_attention")
 
@@ -62,7 +61,10 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
         else:
             mixer_name = "self_attn"
             mixer = AttentionLayer(f"{name}.self_attn", hidden, attn_spec, rotary, out_name="out_proj", qk_norm_eps=eps)
-        blocks.append(Block("operator_norm", RMSNorm(hidden, eps), mixer_name, mixer, "ffn_norm", RMSNorm(hidden, eps),
-                            "feed_forward", GatedMLP(hidden, mlp, names=("w1", "w3", "w2"))))
-    trunk = Trunk("embed_tokens", nn.Embedding(info.vocab_size, hidden), blocks, "embedding_norm", RMSNorm(hidden, eps))
-    return CausalLM(info, "model", trunk, tie)
+        blocks.append(Block(("operator_norm", mixer_name, "ffn_norm", "feed_forward"),
+                            RMSNorm(f"{name}.operator_norm", hidden, eps, dtype), mixer,
+                            RMSNorm(f"{name}.ffn_norm", hidden, eps, dtype),
+                            GatedMLP(f"{name}.feed_forward", hidden, mlp, dtype, names=("w1", "w3", "w2"))))
+    trunk = Trunk(("embed_tokens", "embedding_norm"), Embedding("model.embed_tokens", info.vocab_size, hidden, dtype, tie),
+                  blocks, RMSNorm("model.embedding_norm", hidden, eps, dtype))
+    return CausalLM(info, "model", trunk, tie, dtype)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from mixboard import AttentionSpec
 
-from .blocks import GatedMLP, RMSNorm, Rotary
+from .blocks import GatedMLP
 from .config import ConfigReader
 from .mixers import AttentionLayer
 from .model import Block, CausalLM, ModelInfo, Trunk
+from .ops import Embedding, RMSNorm, Rotary
 
 
-def attention_from(cfg: ConfigReader, dtype: str) -> tuple[AttentionSpec, Rotary]:
-    """The attention spec and its rotary embedding, every value checked."""
+def attention_from(cfg: ConfigReader, dtype: str, rotary_name: str = "model.rotary_emb") -> tuple[AttentionSpec, Rotary]:
+    """The attention spec and its rotary embedding (one op for every layer), every value checked."""
     hidden, heads = cfg.size("hidden_size"), cfg.size("num_attention_heads")
     kv_heads = cfg.size("num_key_value_heads", heads)
     cfg.divisible("num_attention_heads", heads, "num_key_value_heads", kv_heads)
@@ -26,7 +25,7 @@ def attention_from(cfg: ConfigReader, dtype: str) -> tuple[AttentionSpec, Rotary
     theta, scaling, rotary_dim = cfg.rope(head_size)
     spec = cfg.spec(AttentionSpec, num_heads=heads, num_kv_heads=kv_heads, head_size=head_size, dtype=dtype,
                     sliding_window=window)
-    return spec, Rotary(head_size, theta, rotary_dim, scaling)
+    return spec, Rotary(rotary_name, head_size, theta, dtype, rotary_dim, scaling)
 
 
 def build(cfg: ConfigReader, dtype: str) -> CausalLM:
@@ -41,10 +40,12 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
     for i in range(n_layers):
         name = f"model.layers.{i}"
         blocks.append(Block(
-            "input_layernorm", RMSNorm(hidden, eps),
-            "self_attn", AttentionLayer(f"{name}.self_attn", hidden, spec, rotary, bias=bias),
-            "post_attention_layernorm", RMSNorm(hidden, eps),
-            "mlp", GatedMLP(hidden, mlp, bias=mlp_bias),
+            ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp"),
+            RMSNorm(f"{name}.input_layernorm", hidden, eps, dtype),
+            AttentionLayer(f"{name}.self_attn", hidden, spec, rotary, bias=bias),
+            RMSNorm(f"{name}.post_attention_layernorm", hidden, eps, dtype),
+            GatedMLP(f"{name}.mlp", hidden, mlp, dtype, bias=mlp_bias),
         ))
-    trunk = Trunk("embed_tokens", nn.Embedding(info.vocab_size, hidden), blocks, "norm", RMSNorm(hidden, eps))
-    return CausalLM(info, "model", trunk, tie)
+    trunk = Trunk(("embed_tokens", "norm"), Embedding("model.embed_tokens", info.vocab_size, hidden, dtype, tie), blocks,
+                  RMSNorm("model.norm", hidden, eps, dtype))
+    return CausalLM(info, "model", trunk, tie, dtype)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import math
 
-from torch import nn
-
 from mixboard import Mamba1Spec
 
-from .blocks import RMSNorm
 from .config import ConfigReader
 from .mixers import Mamba1Layer
 from .model import Block, CausalLM, ModelInfo, Trunk
+from .ops import Embedding, RMSNorm
 
 
 def build(cfg: ConfigReader, dtype: str) -> CausalLM:
@@ -26,8 +24,10 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
     residual_fp32, bias = cfg.opt("residual_in_fp32", True), cfg.opt("use_bias", False)
     info = ModelInfo("mamba", cfg.size("vocab_size"), hidden, None, cfg.eos_ids())
     tie = cfg.opt("tie_word_embeddings", True)
-    blocks = [Block("norm", RMSNorm(hidden, eps), "mixer",
-                    Mamba1Layer(f"backbone.layers.{i}.mixer", hidden, spec, bias=bias), residual_fp32=residual_fp32)
+    blocks = [Block(("norm", "mixer"),
+                    RMSNorm(f"backbone.layers.{i}.norm", hidden, eps, dtype, residual_fp32),
+                    Mamba1Layer(f"backbone.layers.{i}.mixer", hidden, spec, bias=bias))
               for i in range(n_layers)]
-    trunk = Trunk("embeddings", nn.Embedding(info.vocab_size, hidden), blocks, "norm_f", RMSNorm(hidden, eps))
-    return CausalLM(info, "backbone", trunk, tie)
+    trunk = Trunk(("embeddings", "norm_f"), Embedding("backbone.embeddings", info.vocab_size, hidden, dtype, tie), blocks,
+                  RMSNorm("backbone.norm_f", hidden, eps, dtype, residual_fp32))
+    return CausalLM(info, "backbone", trunk, tie, dtype)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from mixboard import Mamba2Spec
 
-from .blocks import RMSNorm
 from .config import ConfigReader, ModelError
 from .mixers import Mamba2Layer
 from .model import Block, CausalLM, ModelInfo, Trunk
+from .ops import Embedding, RMSNorm
 
 
 def mamba2_spec(cfg: ConfigReader, dtype: str, *, heads: str, head_dim: str, d_state: str, groups: str, conv: str,
@@ -42,8 +40,10 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
     residual_fp32, bias = cfg.opt("residual_in_fp32", True), cfg.opt("use_bias", False)
     info = ModelInfo("mamba2", cfg.size("vocab_size"), hidden, None, cfg.eos_ids())
     tie = cfg.opt("tie_word_embeddings", False)
-    blocks = [Block("norm", RMSNorm(hidden, eps), "mixer",
-                    Mamba2Layer(f"backbone.layers.{i}.mixer", hidden, spec, bias=bias), residual_fp32=residual_fp32)
+    blocks = [Block(("norm", "mixer"),
+                    RMSNorm(f"backbone.layers.{i}.norm", hidden, eps, dtype, residual_fp32),
+                    Mamba2Layer(f"backbone.layers.{i}.mixer", hidden, spec, bias=bias))
               for i in range(n_layers)]
-    trunk = Trunk("embeddings", nn.Embedding(info.vocab_size, hidden), blocks, "norm_f", RMSNorm(hidden, eps))
-    return CausalLM(info, "backbone", trunk, tie)
+    trunk = Trunk(("embeddings", "norm_f"), Embedding("backbone.embeddings", info.vocab_size, hidden, dtype, tie), blocks,
+                  RMSNorm("backbone.norm_f", hidden, eps, dtype, residual_fp32))
+    return CausalLM(info, "backbone", trunk, tie, dtype)

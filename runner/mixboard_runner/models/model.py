@@ -1,7 +1,9 @@
 """A causal LM assembled from blocks: embedding, pre-norm residual blocks
-(mixer, optional MLP), final norm, LM head. Module names are the
-checkpoint's, given by the architecture, so Hugging Face state dicts load as
-they are."""
+(mixer, optional MLP), final norm, LM head, argmax.
+
+Modules carry their role's name (``norm``, ``mixer``, ``mlp``); a module's
+``renames`` maps its children's roles to the checkpoint's names
+(``checkpoint_names``), so Hugging Face state dicts load as they are."""
 
 from __future__ import annotations
 
@@ -10,74 +12,48 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from . import panels
-from .linear import pack_linears, table_layout
-from .mixers import MixerLayer
+from .ops import Argmax, Embedding, Linear
 
 
 class Block(nn.Module):
-    """x = x + mixer(norm(x)); then, if there is an MLP, x = x + mlp(mlp_norm(x)).
+    """x = x + mixer(norm(x)); then, with an MLP, x = x + mlp(mlp_norm(x)).
 
-    The block takes and returns the residual stream as a pair (x, delta),
-    x + delta being the stream: each add is left to the norm after it, which
-    does it in the same pass (RMSNorm.add_norm; vLLM fuses its add and norm
-    the same way). Trunk's final norm does the last add.
+    The residual stream travels beside the branch output, and each norm adds
+    them before normalizing (the ``rms_norm`` kind). ``rows`` (the last block
+    of a step): only these rows are wanted; the mixer still reads every row
+    (its state must see each token), what follows runs on those alone.
+    ``names``: the checkpoint's names of (norm, mixer, mlp_norm, mlp)."""
 
-    ``rows`` (the last block of a step): only these rows of the output are
-    wanted. The mixer still reads every row (its state must see each token),
-    but its output projection, the residual and the MLP run on those rows
-    alone: row-wise work, so the kept rows are what they would have been."""
-
-    def __init__(self, norm_name: str, norm: nn.Module, mixer_name: str, mixer: MixerLayer,
-                 mlp_norm_name: str | None = None, mlp_norm: nn.Module | None = None,
-                 mlp_name: str | None = None, mlp: nn.Module | None = None, residual_fp32: bool = False):
+    def __init__(self, names: tuple[str, ...], norm, mixer, mlp_norm=None, mlp=None):
         super().__init__()
-        self.names = (norm_name, mixer_name, mlp_norm_name, mlp_name)
-        setattr(self, norm_name, norm)
-        setattr(self, mixer_name, mixer)
-        if mlp is not None:
-            setattr(self, mlp_norm_name, mlp_norm)
-            setattr(self, mlp_name, mlp)
-        self.has_mlp = mlp is not None
-        self.residual_fp32 = residual_fp32
+        self.norm, self.mixer, self.mlp_norm, self.mlp = norm, mixer, mlp_norm, mlp
+        self.renames = dict(zip(("norm", "mixer", "mlp_norm", "mlp"), names))
 
-    @property
-    def mixer_layer(self) -> MixerLayer:
-        return getattr(self, self.names[1])
-
-    def forward(self, x, delta, positions, step, rows=None):
-        norm_name, mixer_name, mlp_norm_name, mlp_name = self.names
-        # The submodules straight from the registry dict: getattr(self, name) on a module is
-        # nn.Module.__getattr__, a Python call (~0.9 us; ~100 a decode step over a model's forwards).
-        modules = self._modules
-        # residual_fp32 (Mamba): the residual stream stays float32 between blocks
-        h, x = modules[norm_name].add_norm(x, delta, self.residual_fp32)
-        out = modules[mixer_name](h, positions, step, rows)
+    def forward(self, x, residual, positions, step, rows=None):
+        h, residual = self.norm(x, residual)
+        x = self.mixer(h, positions, step)
         if rows is not None:
-            x = x[rows]
-        if not self.has_mlp:
-            return x, out
-        h, x = modules[mlp_norm_name].add_norm(x, out, self.residual_fp32)
-        return x, modules[mlp_name](h)
+            x, residual = x[rows], residual[rows]
+        if self.mlp is not None:
+            h, residual = self.mlp_norm(x, residual)
+            x = self.mlp(h)
+        return x, residual
 
 
 class Trunk(nn.Module):
-    def __init__(self, embed_name: str, embed: nn.Embedding, blocks: list[Block], norm_name: str, norm: nn.Module):
+    """``names``: the checkpoint's names of (embed, norm)."""
+
+    def __init__(self, names: tuple[str, str], embed: Embedding, blocks: list[Block], norm):
         super().__init__()
-        self.embed_name, self.norm_name = embed_name, norm_name
-        setattr(self, embed_name, embed)
-        self.layers = nn.ModuleList(blocks)
-        setattr(self, norm_name, norm)
+        self.embed, self.layers, self.norm = embed, nn.ModuleList(blocks), norm
+        self.renames = {"embed": names[0], "norm": names[1]}
 
     def forward(self, input_ids, positions, step, rows=None):
-        modules = self._modules  # see Block.forward
-        blocks = modules["layers"]
-        x, delta = modules[self.embed_name](input_ids), None
-        last = len(blocks) - 1
-        for i, block in enumerate(blocks):
-            x, delta = block(x, delta, positions, step, rows if i == last else None)
-        fp32 = last >= 0 and blocks[last].residual_fp32
-        return modules[self.norm_name].add_norm(x, delta, fp32)[0]
+        x, residual = self.embed(input_ids), None
+        last = len(self.layers) - 1
+        for i, block in enumerate(self.layers):
+            x, residual = block(x, residual, positions, step, rows if i == last else None)
+        return self.norm(x, residual)[0]
 
 
 @dataclass
@@ -93,65 +69,47 @@ class ModelInfo:
 
 
 class CausalLM(nn.Module):
-    def __init__(self, info: ModelInfo, trunk_name: str, trunk: Trunk, tie_embeddings: bool):
+    def __init__(self, info: ModelInfo, trunk_name: str, trunk: Trunk, tie_embeddings: bool, dtype: str):
         super().__init__()
-        self.info = info
-        self.trunk_name = trunk_name
-        setattr(self, trunk_name, trunk)
-        self.lm_head = nn.Linear(info.hidden_size, info.vocab_size, bias=False)
-        self.tie_embeddings = tie_embeddings
-        if tie_embeddings:
-            self.lm_head.weight = getattr(trunk, trunk.embed_name).weight
+        self.info, self.trunk, self.tie_embeddings = info, trunk, tie_embeddings
+        self.lm_head = None if tie_embeddings else Linear("lm_head", info.hidden_size, info.vocab_size, dtype)
+        self.argmax = Argmax("argmax", info.vocab_size, dtype)
+        self.renames = {"trunk": trunk_name}
 
-    @property
-    def trunk(self) -> Trunk:
-        return getattr(self, self.trunk_name)
-
-    def mixers(self) -> list[MixerLayer]:
-        return [block.mixer_layer for block in self.trunk.layers]
+    def layers(self) -> dict:
+        """Layer name -> module, for every mixer and op (each once, in model order)."""
+        return {m.layer_name: m for m in self.modules() if hasattr(m, "layer_name")}
 
     def layer_decls(self) -> list[tuple[str, str, object]]:
-        """(name, kind, spec) of every mixer: what the registry plans."""
-        return [(m.layer_name, m.kind, m.spec) for m in self.mixers()]
+        """(name, kind, spec) of every mixer and op: what the registry plans."""
+        return [(name, m.kind, m.spec) for name, m in self.layers().items()]
 
-    def table_layout(self, device: torch.device | str, dtype: torch.dtype):
-        """(state-dict name, layout) of the tied table when, on this device and
-        dtype, finalize() re-lays it (linear.table_layout), else None: the
-        loader then reads it straight into that layout."""
-        layout = table_layout(device, dtype) if self.tie_embeddings else None
-        return None if layout is None else (f"{self.trunk_name}.{self.trunk.embed_name}.weight", layout)
-
-    def finalize(self, table: torch.Tensor | None = None) -> None:
-        """Once the weights are loaded and on their device: let every module
-        precompute what each step would redo (fused projections, weights
-        records), then re-lay the projections (see linear.py). ``table``: the
-        tied table as the loader laid it (``table_layout``), if it did."""
-        # Hold only the modules that finalize, not their projections: each
-        # original is then freed as soon as its module drops it.
-        for module in [m for m in self.modules() if m is not self and callable(getattr(m, "finalize", None))]:
-            module.finalize()
-        trunk = self.trunk
-        embed = trunk.get_submodule(trunk.embed_name)
-        layout = self.table_layout(embed.weight.device, embed.weight.dtype)
-        if layout is not None:
-            if table is None:
-                table = layout[1].relay(embed.weight.detach())
-            vocab, hidden = self.info.vocab_size, self.info.hidden_size
-            if layout[1] is panels.PanelLayout:
-                del embed
-                setattr(trunk, trunk.embed_name, panels.PanelEmbedding(table, vocab))
-                self.lm_head = panels.PanelLinear(hidden, vocab, table, None)
-            else:
-                embed.weight = nn.Parameter(table, requires_grad=False)
-                self.lm_head.weight = embed.weight
-        pack_linears(self)
+    def finalize(self) -> None:
+        """Once the weights are loaded: let every mixer precompute its weights record."""
+        for module in list(self.modules()):
+            if module is not self and callable(getattr(module, "finalize", None)):
+                module.finalize()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, step,
                 rows: torch.Tensor | None = None) -> torch.Tensor:
         """Hidden states after the final norm: [T, hidden], or [len(rows), hidden]
-        at just the given rows (a prefill wants only each prompt's last row:
-        the last block then skips the rest, see Block)."""
+        at just the given rows (a prefill wants only each prompt's last row)."""
         return self.trunk(input_ids, positions, step, rows)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden)
+        return self.trunk.embed.logits(hidden) if self.lm_head is None else self.lm_head(hidden)
+
+
+def checkpoint_names(model: nn.Module) -> dict[str, str]:
+    """state_dict key -> the checkpoint's name for it (each module's ``renames`` applied)."""
+    names = {}
+
+    def walk(module: nn.Module, path: str, ckpt: str) -> None:
+        for name, param in module.named_parameters(recurse=False):
+            names[path + name] = ckpt + name
+        renames = module.__dict__.get("renames", {})
+        for name, child in module.named_children():
+            walk(child, f"{path}{name}.", f"{ckpt}{renames.get(name, name)}.")
+
+    walk(model, "", "")
+    return names
