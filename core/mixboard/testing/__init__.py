@@ -13,7 +13,8 @@ _ORACLES = ("ORACLES", "AttentionOracle", "Mamba1Oracle", "Mamba2Oracle", "Short
             "make_oracle")
 _OP_ORACLES = ("OP_ORACLES", "LinearOracle", "RMSNormOracle", "RotaryOracle", "EmbeddingOracle", "ArgmaxOracle")
 _KIT = ("AttentionConformance", "Mamba1Conformance", "Mamba2Conformance", "ShortConvConformance",
-        "ConformanceSuite", "KindAdapter", "conformance_suite", "run_suite")
+        "LinearConformance", "RMSNormConformance", "RotaryConformance", "EmbeddingConformance", "ArgmaxConformance",
+        "ConformanceSuite", "KindAdapter", "OpAdapter", "OpCall", "conformance_suite", "run_suite")
 
 __all__ = [*_ORACLES, *_OP_ORACLES, *_KIT]
 

@@ -28,6 +28,7 @@ from ...kinds.mamba1 import Mamba1Weights
 from ...kinds.mamba2 import Mamba2Weights
 from ...kinds.short_conv import ShortConvWeights
 from ..oracles import AttentionOracle, Mamba1Oracle, Mamba2Oracle, ShortConvOracle
+from .ops import OpAdapter
 
 
 @dataclass(frozen=True)
@@ -267,8 +268,8 @@ SHORT_CONV = KindAdapter(
 ADAPTERS: dict[str, KindAdapter] = {a.kind: a for a in (ATTENTION, MAMBA1, MAMBA2, SHORT_CONV)}
 
 
-def adapter_of(kind: Any) -> KindAdapter | None:
-    """The adapter a ``mixboard.Kind`` declares (``conformance=``: an adapter,
+def adapter_of(kind: Any) -> Any:
+    """The adapter a ``mixboard.Kind`` declares (``conformance=``: a KindAdapter or OpAdapter,
     or the ``"module:NAME"`` it lives at), or None when it declares none."""
     from ...errors import UsageError
 
@@ -286,9 +287,9 @@ def adapter_of(kind: Any) -> KindAdapter | None:
         except Exception as exc:  # noqa: BLE001 - a plugin's module may raise anything
             raise UsageError(f"kind {kind.name!r}: its conformance adapter {ref!r} does not load: "
                              f"{type(exc).__name__}: {exc}") from exc
-    if not isinstance(adapter, KindAdapter):
+    if not isinstance(adapter, (KindAdapter, OpAdapter)):
         raise UsageError(f"kind {kind.name!r}: its conformance {ref!r} is a {type(adapter).__name__}, not a "
-                         f"mixboard.testing.conformance.KindAdapter")
+                         f"mixboard.testing.conformance.KindAdapter (or OpAdapter, for a dense kind)")
     if adapter.kind != kind.name:
         raise UsageError(f"kind {kind.name!r}: its conformance adapter {ref!r} describes kind {adapter.kind!r}")
     return adapter

@@ -36,6 +36,8 @@ from .inputs import draw_inputs, place
 from .isolation import changed_foreign_record, owned_records, poison
 from .kinds import KindAdapter, adapter_of, cast_weights, record_items
 from .modes import is_thorough
+from .op_cases import op_cases
+from .ops import OpAdapter
 from .pages import Pages, allocate_in_pages
 from .readonly import Received, aliased, changed_inputs, keep_inputs, leaked, same_tensor
 from .tolerances import tolerance_for
@@ -69,7 +71,7 @@ class Target:
 
     cls: type
     kind: Any  # mixboard.Kind
-    adapter: KindAdapter
+    adapter: KindAdapter | OpAdapter
 
 
 @dataclass
@@ -92,7 +94,8 @@ class SuiteReport:
 # --------------------------------------------------------------------------- resolving
 
 
-def resolve(backend: str | type, registry: Registry | None = None, adapter: KindAdapter | None = None) -> Target:
+def resolve(backend: str | type, registry: Registry | None = None, adapter: KindAdapter | OpAdapter | None = None
+            ) -> Target:
     """A backend by name (looked up in ``registry``, default the installed
     one) or a Backend class given directly. ``adapter`` describes a kind a
     plugin defines (the built-in kinds have theirs)."""
@@ -114,8 +117,8 @@ def resolve(backend: str | type, registry: Registry | None = None, adapter: Kind
     adapter = adapter or adapter_of(kind)
     if adapter is None:
         raise UsageError(f"backend {cls.name!r} serves kind {cls.kind!r}, which has no conformance adapter: the "
-                         f"plugin that defines the kind describes it with mixboard.testing.conformance.KindAdapter and "
-                         f"declares it on the Kind (conformance='module:NAME'); see docs/conformance.md")
+                         f"plugin that defines the kind describes it with mixboard.testing.conformance.KindAdapter (a "
+                         f"dense kind: OpAdapter) and declares it on the Kind (conformance='module:NAME'); see docs/conformance.md")
     if adapter.kind != cls.kind:
         raise UsageError(f"backend {cls.name!r} serves {cls.kind}, not {adapter.kind}: use the {cls.kind} suite")
     return Target(cls, kind, adapter)
@@ -188,12 +191,19 @@ def run_case(target: Target, case: Case, env: Environment | None, device: str, t
              expected: str | None = None, skip_reasons: Iterable[str] = ()) -> CaseResult:
     """Run one case; ``expected`` is the reason it is declared to fail (strict: a pass is a failure)."""
     start = time.perf_counter()
-    reasons = list(skip_reasons) or list(reasons_against(target.cls, case.spec, env))
+    specs = getattr(case, "specs", (case.spec,))  # a dense kind's case may hold layers of two specs
+    reasons = list(skip_reasons) or list(dict.fromkeys(
+        r for spec in specs for r in reasons_against(target.cls, spec, env)))
     if reasons:
         return CaseResult(case.id, SKIP, None, tolerance, "; ".join(reasons))
     worst = _Worst()
     try:
-        _execute(target, case, env, device, tolerance, worst)
+        if isinstance(case, Case):
+            _execute(target, case, env, device, tolerance, worst)
+        else:  # a dense kind's (op_cases.py)
+            from .op_runner import execute_op
+
+            execute_op(target, case, env, device, tolerance, worst)
         result = CaseResult(case.id, PASS, worst.error, tolerance)
     except _Failure as exc:
         result = CaseResult(case.id, FAIL, worst.error, tolerance, str(exc))
@@ -376,6 +386,8 @@ def _compare(out: Any, ref: torch.Tensor, device: str, order, context, where: st
 
 def suite_cases(target: Target, dtypes: Iterable[str], block_size: int, thorough: bool = False) -> list[Case]:
     dtypes = tuple(dtypes)
+    if isinstance(target.adapter, OpAdapter):  # a dense kind: no state, no blocks
+        return [c for dtype in dtypes for c in op_cases(target.adapter, target.kind.spec, dtype, thorough=thorough)]
     paged = keeps_paged_state(target, dtypes[0]) if dtypes else True
     return [c for dtype in dtypes
             for c in kind_cases(target.adapter, target.kind.spec, dtype, block_size, thorough=thorough, paged=paged)]
@@ -407,7 +419,7 @@ def expected_reason(expected: Mapping[str, str], case: Case) -> str | None:
 def run_suite(backend: str | type, device: str | None = None, dtypes: Iterable[str] | None = None, *,
               block_size: int = 4, expected_failures: Mapping[str, str] | None = None,
               tolerances: Mapping[str, float] | None = None, registry: Registry | None = None,
-              adapter: KindAdapter | None = None, select: Iterable[str] | None = None,
+              adapter: KindAdapter | OpAdapter | None = None, select: Iterable[str] | None = None,
               fail_fast: bool = False, thorough: bool | None = None) -> SuiteReport:
     """Run the kit against ``backend`` (a name or a Backend class).
 

@@ -1,6 +1,6 @@
 """Base test classes a vendor subclasses, naming its backend::
 
-    from mixboard.testing.conformance import AttentionConformance
+    from mixboard.testing.conformance import AttentionConformance   # or LinearConformance, RMSNormConformance, ...
 
     class TestAcmeAttention(AttentionConformance):
         backend = "acme_attn"        # an installed backend's name, or the Backend class itself
@@ -27,6 +27,8 @@ from __future__ import annotations
 from typing import Any, ClassVar, Mapping
 
 from .kinds import ADAPTERS, KindAdapter
+from .op_kinds import OP_ADAPTERS
+from .ops import OpAdapter
 from .modes import thorough_from_env
 from .runner import (
     FAIL, SKIP, XFAIL, check_expected, environment, expected_reason, resolve, run_case, suite_cases,
@@ -43,7 +45,7 @@ class _Unusable:
 
 
 class ConformanceSuite:
-    adapter: ClassVar[KindAdapter | None] = None  # set by each kind's suite
+    adapter: ClassVar[KindAdapter | OpAdapter | None] = None  # set by each kind's suite
     backend: ClassVar[Any] = None  # a backend name or a Backend subclass
     device: ClassVar[str | None] = None
     dtypes: ClassVar[tuple[str, ...] | None] = None
@@ -117,7 +119,7 @@ class ConformanceSuite:
         return run_case(target, case, env, device, tol, reason, skip)
 
 
-def conformance_suite(adapter: KindAdapter, name: str | None = None) -> type:
+def conformance_suite(adapter: KindAdapter | OpAdapter, name: str | None = None) -> type:
     """A base test class for the kind ``adapter`` describes (a kind a plugin defines)::
 
         RetentionConformance = conformance_suite(RETENTION_ADAPTER)
@@ -134,3 +136,10 @@ AttentionConformance = conformance_suite(ADAPTERS["attention"], "AttentionConfor
 Mamba1Conformance = conformance_suite(ADAPTERS["mamba1"], "Mamba1Conformance")
 Mamba2Conformance = conformance_suite(ADAPTERS["mamba2"], "Mamba2Conformance")
 ShortConvConformance = conformance_suite(ADAPTERS["short_conv"], "ShortConvConformance")
+
+# The dense kinds (op_kinds.py): the same attributes; block_size plays no part.
+LinearConformance = conformance_suite(OP_ADAPTERS["linear"], "LinearConformance")
+RMSNormConformance = conformance_suite(OP_ADAPTERS["rms_norm"], "RMSNormConformance")
+RotaryConformance = conformance_suite(OP_ADAPTERS["rotary"], "RotaryConformance")
+EmbeddingConformance = conformance_suite(OP_ADAPTERS["embedding"], "EmbeddingConformance")
+ArgmaxConformance = conformance_suite(OP_ADAPTERS["argmax"], "ArgmaxConformance")

@@ -1,0 +1,236 @@
+"""The built-in dense kinds, described for the kit (see ``ops.py``).
+
+Inputs and weights are scaled so that outputs stay of order one (within
+about ±5), where the kit's absolute tolerances read like relative ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...dtypes import torch_dtype
+from ...kinds.embedding import EmbeddingWeights
+from ...kinds.linear import LinearWeights
+from ...kinds.rms_norm import RMSNormWeights
+from ...kinds.rotary import rotary_scaling
+from ..op_oracles import ArgmaxOracle, EmbeddingOracle, LinearOracle, RMSNormOracle, RotaryOracle
+from .ops import OpAdapter, OpCall
+
+
+def _randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float64) * scale
+
+
+def _rows(spec, gen: torch.Generator, rows: int, *shape: int, scale: float = 1.0, dtype: str | None = None):
+    """randn * scale, drawn in float64, in the layer's dtype (or ``dtype``)."""
+    return _randn(gen, rows, *shape, scale=scale).to(torch_dtype(dtype or spec.dtype))
+
+
+# --------------------------------------------------------------------------- linear
+
+
+def linear_weights(spec, gen: torch.Generator) -> LinearWeights:
+    rows = spec.weight_rows
+    # gated: gate and up a little smaller, so that silu(gate) * up stays within about ±5 as the rest does
+    scale = (0.7 if spec.gated else 1.0) * spec.in_features ** -0.5
+    return LinearWeights(weight=_randn(gen, rows, spec.in_features, scale=scale),
+                         bias=_randn(gen, rows, scale=0.1) if spec.bias else None)
+
+
+LINEAR = OpAdapter(
+    kind="linear",
+    base=dict(in_features=64, out_features=48),
+    calls=(OpCall("forward(x)", lambda s, t, g, step: {"x": _rows(s, g, t, s.in_features)}),),
+    oracle=LinearOracle,
+    weights=linear_weights,
+    shapes=(
+        ("bias", dict(bias=True)),
+        ("gated", dict(gated=True)),
+        ("gated_bias", dict(gated=True, bias=True)),
+        ("odd", dict(in_features=33, out_features=17)),  # no multiple of 16 anywhere: a kernel's tails
+        ("odd_gated", dict(in_features=33, out_features=17, gated=True)),
+        ("qkv512", dict(in_features=512, out_features=768)),  # q, k and v of a 512-wide layer in one product
+        ("mlp512", dict(in_features=512, out_features=1376, gated=True)),  # a real MLP's gate and up
+        ("lm_head", dict(in_features=64, out_features=32000)),  # a vocabulary's rows
+    ),
+    long_shapes=(
+        ("mlp2048", dict(in_features=2048, out_features=5632, gated=True)),
+        ("lm_head1024", dict(in_features=1024, out_features=32000)),
+    ),
+)
+
+
+# --------------------------------------------------------------------------- rms_norm
+
+
+def rms_norm_weights(spec, gen: torch.Generator) -> RMSNormWeights:
+    return RMSNormWeights(weight=0.5 + 0.5 * torch.rand(spec.hidden_size, generator=gen, dtype=torch.float64))
+
+
+def _residual(spec) -> str | None:
+    """The residual stream's dtype: float32 where the spec keeps it so, else the layer's."""
+    return "float32" if spec.residual_fp32 else None
+
+
+HEADS = 3  # rms_norm over [T, heads, H]: a fused qkv product's q or k heads
+
+RMS_NORM = OpAdapter(
+    kind="rms_norm",
+    base=dict(hidden_size=64),
+    calls=(
+        # x is the residual stream, added a branch's output: the add, then the norm
+        OpCall("forward(x, added)",
+               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size, dtype=_residual(s)),
+                                      "added": _rows(s, g, t, s.hidden_size, scale=0.5)},
+               outputs=("y", "s"), handed=("added",), may_share={"s": ("added",)}),
+        # the first block: the residual still in the layer's dtype
+        OpCall("forward(x in the layer's dtype, added)",
+               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size), "added": _rows(s, g, t, s.hidden_size)},
+               outputs=("y", "s"), handed=("added",), may_share={"s": ("added",)},
+               applies=lambda s: s.residual_fp32 and s.dtype != "float32"),
+        # no add: s is x's values, x itself allowed (never written)
+        OpCall("forward(x, added=None)",
+               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size), "added": None},
+               outputs=("y", "s"), may_share={"s": ("x",)}),
+        OpCall(f"forward(x [T, {HEADS}, hidden_size], added=None)",
+               lambda s, t, g, step: {"x": _rows(s, g, t, HEADS, s.hidden_size), "added": None},
+               outputs=("y", "s"), may_share={"s": ("x",)}),
+    ),
+    oracle=RMSNormOracle,
+    weights=rms_norm_weights,
+    shapes=(
+        ("hidden33", dict(hidden_size=33)),
+        ("eps1e-5", dict(eps=1e-5)),
+        ("residual_fp32", dict(residual_fp32=True)),
+        ("hidden128", dict(hidden_size=128)),  # a head's norm (q_norm, k_norm)
+        ("hidden4096", dict(hidden_size=4096)),  # a real model's width
+    ),
+    long_shapes=(("hidden8192", dict(hidden_size=8192)), ("hidden4096_fp32", dict(hidden_size=4096, residual_fp32=True))),
+    neighbour=dict(eps=1e-5),
+)
+
+
+# --------------------------------------------------------------------------- rotary
+
+Q_HEADS, K_HEADS = 4, 2
+
+
+def positions(rows: int, gen: torch.Generator, step: int) -> torch.Tensor:
+    """A step's positions: decodes anywhere, then a prefill's run. They reach further each step
+    (below 200, 1600, 12800, ...), so that a table grown on demand must grow."""
+    reach = 200 * 8 ** step
+    decodes = rows // 2
+    out = torch.randint(0, reach, (rows,), generator=gen, dtype=torch.int64)
+    start = int(torch.randint(0, max(1, reach - rows), (1,), generator=gen))
+    out[decodes:] = torch.arange(start, start + rows - decodes)
+    return out
+
+
+def _rotary_inputs(s, t, g, step):
+    return {"positions": positions(t, g, step), "q": _rows(s, g, t, Q_HEADS, s.head_size, scale=0.5),
+            "k": _rows(s, g, t, K_HEADS, s.head_size, scale=0.5)}
+
+
+_LLAMA3 = rotary_scaling(dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                              original_max_position_embeddings=8192))
+
+ROTARY = OpAdapter(
+    kind="rotary",
+    base=dict(head_size=64),
+    calls=(OpCall("forward(positions, q, k)", _rotary_inputs, outputs=("q", "k"), handed=("q", "k"),
+                  may_share={"q": ("q", "k"), "k": ("q", "k")}, shared=("positions",), fused=("q", "k")),),
+    oracle=RotaryOracle,
+    shapes=(
+        ("rotary_dim32", dict(rotary_dim=32)),  # the first half of each head rotated (GPT-NeoX style partial)
+        ("head128", dict(head_size=128, theta=500000.0)),
+        ("head80_rotary_dim20", dict(head_size=80, rotary_dim=20)),
+        ("linear_scaling", dict(scaling=rotary_scaling(dict(type="linear", factor=4.0)))),
+        ("llama3_scaling", dict(head_size=128, theta=500000.0, scaling=_LLAMA3)),
+    ),
+    long_shapes=(("head256", dict(head_size=256)), ("llama3_head128", dict(head_size=128, scaling=_LLAMA3))),
+    neighbour=dict(theta=500000.0),
+)
+
+
+# --------------------------------------------------------------------------- embedding
+
+
+def embedding_weights(spec, gen: torch.Generator) -> EmbeddingWeights:
+    return EmbeddingWeights(weight=_randn(gen, spec.num_embeddings, spec.embedding_dim))
+
+
+def token_ids(spec, rows: int, gen: torch.Generator) -> torch.Tensor:
+    """Ids anywhere in the table, its first and last row among them."""
+    ids = torch.randint(0, spec.num_embeddings, (rows,), generator=gen, dtype=torch.int64)
+    ids[0] = spec.num_embeddings - 1
+    if rows > 1:
+        ids[-1] = 0
+    return ids
+
+
+EMBEDDING = OpAdapter(
+    kind="embedding",
+    base=dict(num_embeddings=1000, embedding_dim=64),
+    calls=(
+        OpCall("forward(ids)", lambda s, t, g, step: {"ids": token_ids(s, t, g)}),
+        OpCall("logits(hidden)",
+               lambda s, t, g, step: {"hidden": _rows(s, g, t, s.embedding_dim, scale=s.embedding_dim ** -0.5)},
+               method="logits", applies=lambda s: s.tied),
+    ),
+    oracle=EmbeddingOracle,
+    weights=embedding_weights,
+    shapes=(
+        ("tied", dict(tied=True)),
+        ("dim33_tied", dict(embedding_dim=33, num_embeddings=517, tied=True)),
+        ("vocab32000_tied", dict(num_embeddings=32000, tied=True)),  # a real vocabulary's LM head
+    ),
+    long_shapes=(("vocab32000_dim1024_tied", dict(num_embeddings=32000, embedding_dim=1024, tied=True)),),
+)
+
+
+# --------------------------------------------------------------------------- argmax
+
+
+def logits(spec, rows: int, gen: torch.Generator) -> torch.Tensor:
+    """Rows of logits with what a sampler must get right planted in them:
+    row 0 a tie for the largest (the first wins), then a row with two NaNs
+    (the first NaN wins), one all -inf (index 0), one -inf but for a single
+    value, one with +inf twice, one with a NaN after a +inf; then ties again."""
+    dtype = torch_dtype(spec.dtype)
+    x = _rows(spec, gen, rows, spec.vocab_size)
+    v = spec.vocab_size
+    top = 8.0  # above every randn drawn, exact in every dtype
+
+    def at(fraction: float) -> int:
+        return min(v - 1, int(fraction * v))
+
+    specials = [
+        lambda r: r.index_fill_(0, torch.tensor([at(0.3), at(0.7)]), top),
+        lambda r: r.index_fill_(0, torch.tensor([at(0.6), at(0.2)]), float("nan")),
+        lambda r: r.fill_(float("-inf")),
+        lambda r: r.fill_(float("-inf")).index_fill_(0, torch.tensor([at(0.9)]), -3.0),
+        lambda r: r.index_fill_(0, torch.tensor([at(0.8), at(0.4)]), float("inf")),
+        lambda r: r.index_fill_(0, torch.tensor([at(0.1)]), float("inf")).index_fill_(0, torch.tensor([at(0.5)]),
+                                                                                      float("nan")),
+    ]
+    for i in range(rows):
+        if i < len(specials):
+            specials[i](x[i])
+        elif i % 3 == 0:  # a tie at random places
+            first, second = sorted(torch.randperm(v, generator=gen)[:2].tolist())
+            x[i, [first, second]] = top
+    return x.to(dtype)
+
+
+ARGMAX = OpAdapter(
+    kind="argmax",
+    base=dict(vocab_size=1000),
+    calls=(OpCall("forward(logits)", lambda s, t, g, step: {"logits": logits(s, t, g)}, exact=True),),
+    oracle=ArgmaxOracle,
+    shapes=(("vocab33", dict(vocab_size=33)), ("vocab32000", dict(vocab_size=32000))),
+    long_shapes=(("vocab152064", dict(vocab_size=152064)),),
+    neighbour=dict(vocab_size=1007),
+    long_rows=64,  # the oracle walks each row in Python
+)
+
+OP_ADAPTERS: dict[str, OpAdapter] = {a.kind: a for a in (LINEAR, RMS_NORM, ROTARY, EMBEDDING, ARGMAX)}
