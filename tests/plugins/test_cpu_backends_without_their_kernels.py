@@ -8,7 +8,8 @@ import importlib.util
 
 import pytest
 
-from mixboard import AttentionSpec, Mamba1Spec, Mamba2Spec, Registry, ShortConvSpec, simulate
+from mixboard import (ArgmaxSpec, AttentionSpec, EmbeddingSpec, LinearSpec, Mamba1Spec, Mamba2Spec, Registry,
+                      RMSNormSpec, RotarySpec, ShortConvSpec, simulate)
 from mixboard.plugins import load
 
 CASES = [  # (backend module, its compiled module, kind, spec, the portable backend that serves instead)
@@ -19,6 +20,12 @@ CASES = [  # (backend module, its compiled module, kind, spec, the portable back
     ("mixboard_mamba2.cpu_backend", "mixboard_mamba2._prefill", "mamba2", Mamba2Spec(), "mamba2_torch"),
     ("mixboard_shortconv.cpu_backend", "mixboard_shortconv._gated_conv", "short_conv", ShortConvSpec(),
      "short_conv_torch"),
+    # mixboard-cpu: the products fall back to oneDNN's (pure Python), the row operations to torch's
+    ("mixboard_cpu.compiled", "mixboard_cpu._panels", "linear", LinearSpec(), "linear_onednn"),
+    ("mixboard_cpu.compiled", "mixboard_cpu._panels", "embedding", EmbeddingSpec(tied=True), "embedding_onednn"),
+    ("mixboard_cpu.compiled", "mixboard_cpu._rows", "rms_norm", RMSNormSpec(), "rms_norm_torch"),
+    ("mixboard_cpu.compiled", "mixboard_cpu._rows", "rotary", RotarySpec(), "rotary_torch"),
+    ("mixboard_cpu.compiled", "mixboard_cpu._rows", "argmax", ArgmaxSpec(), "argmax_torch"),
 ]
 
 
