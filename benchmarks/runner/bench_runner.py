@@ -70,15 +70,13 @@ print(json.dumps({{"prefill_tok_s": {batch} * {prompt} / prefill, "decode_tok_s"
 
 RUN_MIXBOARD = """
 import json, resource, sys, time, torch
-if {onednn}:  # as where mixboard_runner._cpu_kernels is not built: oneDNN's products (--with-onednn)
-    sys.modules["mixboard_runner._cpu_kernels"] = None
 torch.set_num_threads(2)
 from mixboard_runner.engine import Engine
 from mixboard_runner.sampling import SamplingParams
 torch.manual_seed(1)
 ids = torch.randint(0, 32000, ({batch}, {prompt})).tolist()
 engine = Engine({path!r}, cache_memory={cache}, max_batched_tokens={batch} * {prompt}, max_seqs={batch},
-                reuse_host_memory=True)  # as `mixboard run` does
+                backend={backend!r}, reuse_host_memory=True)  # as `mixboard run` does
 engine.generate(ids, SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up, the whole batch as transformers
 engine.generate(ids, SamplingParams(max_tokens={new}, ignore_eos=True))
 s = engine.stats
@@ -87,8 +85,8 @@ print(json.dumps({{"prefill_tok_s": s.prefill_tokens / s.prefill_s, "decode_tok_
 """
 
 
-def run(code: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+def run(code: str, python: str = sys.executable) -> dict:
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -118,8 +116,11 @@ def main() -> None:
                              "peak memory (interference from a shared machine only ever slows a run down), and "
                              "with 2 or more the median and range of the speed-ups of runs side by side in time")
     parser.add_argument("--with-onednn", action="store_true",
-                        help="also run mixboard with oneDNN's projections (as where its own kernel is not built), "
-                             "in turn with the other two: the before/after of the panels kernel")
+                        help="also run mixboard with oneDNN's products (--backend linear=linear_onednn, what runs "
+                             "where mixboard-cpu's kernels are not built), in turn with the other two")
+    parser.add_argument("--baseline", metavar="PYTHON",
+                        help="also run mixboard with this interpreter (a venv of another commit), in turn with the "
+                             "others: before and after a change, side by side")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
@@ -132,16 +133,22 @@ def main() -> None:
             for batch in (int(b) for b in args.batches.split(",")):
                 fmt = dict(path=path, batch=batch, prompt=args.prompt, new=args.new,
                            cache=cache_bytes(path, batch, args.prompt + args.new))
-                hf_runs, mb_runs, onednn_runs = [], [], []
+                hf_runs, mb_runs, onednn_runs, base_runs = [], [], [], []
                 for _ in range(args.repeats):
                     hf_runs.append(run(RUN_HF.format(**fmt)))
-                    mb_runs.append(run(RUN_MIXBOARD.format(**fmt, onednn=False)))
+                    mb_runs.append(run(RUN_MIXBOARD.format(**fmt, backend="")))
                     if args.with_onednn:
-                        onednn_runs.append(run(RUN_MIXBOARD.format(**fmt, onednn=True)))
+                        onednn_runs.append(run(RUN_MIXBOARD.format(**fmt, backend="linear=linear_onednn")))
+                    if args.baseline:
+                        base_runs.append(run(RUN_MIXBOARD.format(**fmt, backend=""), args.baseline))
                 rows.append({"model": name, "params_m": params / 1e6, "batch": batch, "transformers": _best(hf_runs),
                              "mixboard": _best(mb_runs)})
                 if onednn_runs:
                     rows[-1]["mixboard_onednn"] = _best(onednn_runs)
+                if base_runs:
+                    rows[-1]["baseline"] = _best(base_runs)
+                    rows[-1]["pairs_vs_baseline"] = [
+                        {k: m[k] / b[k] for k in ("prefill_tok_s", "decode_tok_s")} for m, b in zip(mb_runs, base_runs)]
                 if not args.json:
                     print(_row(rows[-1]), flush=True)
     if args.json:
@@ -164,6 +171,12 @@ def _row(r) -> str:
     if len(hf["runs"]) > 1:  # each repeat's two runs ran one after the other: their ratio, median (range)
         for key in ("prefill_tok_s", "decode_tok_s"):
             ratios = sorted(m[key] / h[key] for h, m in zip(hf["runs"], mb["runs"]))
+            row += f" {statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}) |"
+    if "baseline" in r:  # the baseline interpreter's mixboard: prefill, decode, peak; then this one's ratio to it
+        base = r["baseline"]
+        row += f" {base['prefill_tok_s']:.0f} | {base['decode_tok_s']:.0f} | {base['peak_mb']:.0f} |"
+        for key in ("prefill_tok_s", "decode_tok_s"):
+            ratios = sorted(p[key] for p in r["pairs_vs_baseline"])
             row += f" {statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}) |"
     return row
 

@@ -22,3 +22,22 @@ def test_module_names_no_kind_and_tests_no_type(module):
             pytest.fail(f"{module}:{node.lineno} tests a type")
         if isinstance(node, ast.ImportFrom) and node.module and ("models" in node.module.split(".")):
             pytest.fail(f"{module}:{node.lineno} imports model internals ({node.module})")
+
+
+MODELS = RUNNER / "models"
+# a device or dtype test that picks a code path: what the plan's backends decide, never the model code
+PATH_PICKING = re.compile(r"\.device\b|device\.type|\bdtype\s*[!=]=|[!=]=\s*torch\.\w*(float|half)|is_cuda|"
+                          r"\bserves\(|\bisa\(|\bkernels\b|\bpanels\b|mkldnn|onednn", re.I)
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in MODELS.glob("*.py")))
+def test_model_code_picks_no_code_path_by_device_or_dtype(module):
+    source = (MODELS / module).read_text()
+    code = [line.split("#")[0] for line in source.splitlines()]
+    hits = [line.strip() for line in code if PATH_PICKING.search(line)]
+    assert hits == [], f"models/{module} picks a code path by device or dtype: {hits}"
+
+
+def test_the_path_picking_check_can_fail():
+    for line in ("if x.device.type == 'cpu':", "if x.dtype == torch.float32:", "if kernels.serves(d, t):"):
+        assert PATH_PICKING.search(line), line

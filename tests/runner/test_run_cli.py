@@ -34,7 +34,8 @@ def test_run_demo_by_default_json_contract():
     data = json.loads(out.stdout)
     assert set(data) == {"plan", "outputs", "stats"}
     kinds = {layer["kind"] for layer in data["plan"]["layers"]}
-    assert kinds == {"attention", "mamba1", "mamba2", "short_conv"}
+    assert kinds == {"attention", "mamba1", "mamba2", "short_conv", "linear", "rms_norm", "rotary", "embedding",
+                     "argmax"}
     from mixboard_mamba1.cpu_backend import kernel_missing as mamba1_kernel_missing
     from mixboard_mamba2.cpu_backend import kernel_missing as mamba2_kernel_missing
     from mixboard_sdpa.cpu_backend import kernel_missing as sdpa_kernel_missing
@@ -44,14 +45,18 @@ def test_run_demo_by_default_json_contract():
     mamba1 = "mamba1_torch" if mamba1_kernel_missing() else "mamba1_cpu"
     mamba2 = "mamba2_torch" if mamba2_kernel_missing() else "mamba2_cpu"
     short_conv = "short_conv_torch" if short_conv_kernel_missing() else "short_conv_cpu"
-    assert {g["backend"] for g in data["plan"]["groups"]} == {attention, mamba1, mamba2, short_conv}
+    backends = {g["kind"]: g["backend"] for g in data["plan"]["groups"]}
+    assert {backends[k] for k in ("attention", "mamba1", "mamba2", "short_conv")} == {attention, mamba1, mamba2,
+                                                                                      short_conv}
     (output,) = data["outputs"]
     assert len(output["output_ids"]) == 4 and isinstance(output["text"], str)
     assert {"prefill_tokens", "decode_tokens", "prefill_tokens_per_s", "decode_tokens_per_s", "wall_s"} <= set(data["stats"])
-    # what ran the projections, never silent: the panels kernel where it is built, else oneDNN and why
-    from mixboard_runner.models import panels
-    expected = f"mixboard panels ({panels.isa()})" if panels.UNAVAILABLE is None else "oneDNN packed ("
-    assert data["stats"]["projections"].startswith(expected)
+    # the products are the plan's too, with their reasons: mixboard-cpu's on CPU in float32
+    assert backends["linear"] in ("linear_cpu", "linear_onednn")
+    (products,) = [c for c in data["plan"]["choices"] if c["kind"] == "linear"]
+    assert "linear_torch" in products["rejected"] and len(products["layers"]) == 32
+    named = [name for c in data["plan"]["choices"] for name in c["layers"]]
+    assert sorted(named) == sorted(layer["name"] for layer in data["plan"]["layers"])
 
 
 def test_run_text_output_and_forced_backend(llama_dir):
@@ -67,13 +72,19 @@ def test_explain_json_contract_without_weights(tmp_path, llama_dir):
     out = mixboard("explain", str(tmp_path), "--device", "cuda", "--capability", "9.0", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert set(data) == {"fingerprint", "environment", "layers", "groups"}
-    layer = data["layers"][0]
-    assert layer["name"] == "model.layers.0.self_attn" and layer["kind"] == "attention"
+    assert set(data) == {"fingerprint", "environment", "layers", "groups", "choices"}
+    layer = [layer for layer in data["layers"] if layer["kind"] == "attention"][0]
+    assert layer["name"] == "model.layers.0.self_attn"
     assert layer["backend"] == "sdpa"  # float32: flash_attn is rejected, with its reasons
-    assert any("float32" in r for r in layer["rejected"]["flash_attn"])
-    assert data["groups"] == [{"backend": "sdpa", "kind": "attention", "layers": [
-        "model.layers.0.self_attn", "model.layers.1.self_attn"], "state": data["groups"][0]["state"]}]
+    (choice,) = [c for c in data["choices"] if c["kind"] == "attention"]
+    assert choice["layers"] == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    assert any("float32" in r for r in choice["rejected"]["flash_attn"])
+    attention = [g for g in data["groups"] if g["kind"] == "attention"]
+    assert attention == [{"backend": "sdpa", "kind": "attention", "layers": [
+        "model.layers.0.self_attn", "model.layers.1.self_attn"], "state": attention[0]["state"]}]
+    # on a simulated GPU the dense ops fall to the portable backends, each with its reasons
+    assert {g["backend"] for g in data["groups"] if g["kind"] != "attention"} == {
+        "linear_torch", "rms_norm_torch", "rotary_torch", "embedding_torch", "argmax_torch"}
 
 
 def _bad_dirs(tmp_path, llama_dir):

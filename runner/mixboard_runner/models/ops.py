@@ -1,0 +1,174 @@
+"""The model's dense ops: modules that name their kind and spec for the plan,
+hold the checkpoint's tensors until the engine binds the chosen backend's
+impl, then call it. One entry point per op; what runs is the plan's choice.
+
+Binding (``Op.bind``) hands the op's weights to the impl once
+(``impl.load``) and drops the module's own parameters: the impl's copy, as
+it is or re-laid, is then the only one."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from mixboard import (
+    ArgmaxSpec, EmbeddingSpec, EmbeddingWeights, LinearSpec, LinearWeights, RMSNormSpec, RMSNormWeights, RotarySpec,
+)
+from mixboard.kinds import rotary_scaling
+
+
+class Op(nn.Module):
+    """One dense op: ``layer_name``, ``kind`` and ``spec`` for the plan; ``impl`` once bound."""
+
+    kind: str
+    impl = None
+
+    def __init__(self, layer_name: str, spec):
+        super().__init__()
+        self.layer_name, self.spec = layer_name, spec
+
+    def weights(self):
+        """The weights record ``impl.load`` takes, from the loaded parameters (None: the op has none)."""
+        return None
+
+    def bind(self, impl) -> None:
+        record = self.weights()
+        if record is not None:
+            impl.load(record)
+            self.release()
+        self.impl = impl
+
+    def release(self) -> None:
+        for name, _ in list(self.named_parameters(recurse=False)):
+            delattr(self, name)
+
+
+def _initialized(weight: nn.Parameter, bias: nn.Parameter | None) -> None:
+    """nn.Linear's initial values, drawn the same way (a model made without a checkpoint, the demo)."""
+    nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        bound = 1 / math.sqrt(weight.shape[1])
+        nn.init.uniform_(bias, -bound, bound)
+
+
+class Params(nn.Module):
+    """A projection's tensors under the checkpoint's names (``weight``, ``bias``),
+    read by the fused op that runs them (``FusedLinear``)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        _initialized(self.weight, self.bias)
+
+    def release(self) -> None:
+        self.weight = self.bias = None
+
+
+class Linear(Op):
+    kind = "linear"
+
+    def __init__(self, layer_name: str, in_features: int, out_features: int, dtype: str, bias: bool = False):
+        super().__init__(layer_name, LinearSpec(in_features=in_features, out_features=out_features, bias=bias,
+                                                dtype=dtype))
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        _initialized(self.weight, self.bias)
+
+    def weights(self):
+        return LinearWeights(self.weight.detach(), None if self.bias is None else self.bias.detach())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.impl.forward(x)
+
+
+class FusedLinear(Op):
+    """Several projections of one input as one product (q, k and v; gate and up,
+    ``gated``: SwiGLU's gate applied). The parts stay their parent's modules,
+    under the checkpoint's names; this op reads them once, when bound."""
+
+    kind = "linear"
+
+    def __init__(self, layer_name: str, parts: tuple[Params, ...], dtype: str, gated: bool = False):
+        rows = sum(p.weight.shape[0] for p in parts)
+        bias = parts[0].bias is not None
+        super().__init__(layer_name, LinearSpec(in_features=parts[0].weight.shape[1],
+                                                out_features=rows // 2 if gated else rows, bias=bias,
+                                                gated=gated, dtype=dtype))
+        self.parts = parts  # a tuple: not registered, so the parameters load under their parent's names
+
+    def weights(self):
+        weight = torch.cat([p.weight.detach() for p in self.parts])
+        bias = torch.cat([p.bias.detach() for p in self.parts]) if self.spec.bias else None
+        return LinearWeights(weight, bias)
+
+    def release(self) -> None:
+        for part in self.parts:
+            part.release()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.impl.forward(x)
+
+
+class RMSNorm(Op):
+    kind = "rms_norm"
+
+    def __init__(self, layer_name: str, hidden: int, eps: float, dtype: str, residual_fp32: bool = False):
+        super().__init__(layer_name, RMSNormSpec(hidden_size=hidden, eps=eps, residual_fp32=residual_fp32,
+                                                 dtype=dtype))
+        self.weight = nn.Parameter(torch.ones(hidden))
+
+    def weights(self):
+        return RMSNormWeights(self.weight.detach())
+
+    def forward(self, x: torch.Tensor, added: torch.Tensor | None = None):
+        """(norm(x + added), x + added); ``added`` is handed over (the impl may write the sum into it)."""
+        return self.impl.forward(x, added)
+
+
+class Rotary(Op):
+    """One per model: every attention layer holds the same one."""
+
+    kind = "rotary"
+
+    def __init__(self, layer_name: str, head_size: int, theta: float, dtype: str, rotary_dim: int | None = None,
+                 scaling: dict | None = None):
+        super().__init__(layer_name, RotarySpec(head_size=head_size, rotary_dim=rotary_dim, theta=theta,
+                                                scaling=rotary_scaling(scaling), dtype=dtype))
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        return self.impl.forward(positions, q, k)
+
+
+class Embedding(Op):
+    """The token table; with ``tied``, the LM head too (``logits``)."""
+
+    kind = "embedding"
+
+    def __init__(self, layer_name: str, vocab: int, hidden: int, dtype: str, tied: bool):
+        super().__init__(layer_name, EmbeddingSpec(num_embeddings=vocab, embedding_dim=hidden, tied=tied, dtype=dtype))
+        self.weight = nn.Parameter(torch.empty(vocab, hidden))
+        nn.init.normal_(self.weight)  # nn.Embedding's initial values
+
+    def weights(self):
+        return EmbeddingWeights(self.weight.detach())
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.impl.forward(ids)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.impl.logits(hidden)
+
+
+class Argmax(Op):
+    """Greedy sampling's op: the index of each row's largest logit."""
+
+    kind = "argmax"
+
+    def __init__(self, layer_name: str, vocab: int, dtype: str):
+        super().__init__(layer_name, ArgmaxSpec(vocab_size=vocab, dtype=dtype))
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.impl.forward(logits)
