@@ -25,6 +25,7 @@ NOTHING_RAN = 5  # every case skipped: pytest's status for "no tests ran"
 DESCRIPTION = "\n\n".join(textwrap.fill(p, 79) for p in (
     "Check a backend against its kind's reference implementation over the kit's cases, in each dtype. Cases the "
     "backend cannot serve here are skipped with its reasons.",
+    "A mixer kind's cases (attention, mamba1, mamba2, short_conv) are steps of sequences:",
     "quick (the default; seconds a backend): ragged batches, decodes after prefills, chunked prefills, state "
     "isolation, strided inputs, shared metadata, a sweep of shapes, and the cheap cases at real sizes: 40 sequences "
     "in a step (33 decodes beside prefills), slots handed out in order, blocks of 16 and 7 tokens, a 300-token "
@@ -32,6 +33,9 @@ DESCRIPTION = "\n\n".join(textwrap.fill(p, 79) for p in (
     "thorough (--thorough, or MIXBOARD_THOROUGH=1; minutes a backend): the quick cases, and the long ones at the "
     "kind's real sizes: a 4096-token prompt, a 2500-token prompt in chunks of 1024, 40 steps of decodes after "
     "prompts of up to 1000 tokens, 96 sequences in a step, and the kind's long shapes (a 700-token prompt each).",
+    "A dense kind's (linear, rms_norm, rotary, embedding, argmax) are steps of rows: quick: 1, 16 and 37 rows, "
+    "strided inputs, two layers turn about, and a sweep of shapes (odd sizes, a few real widths); thorough adds "
+    "larger widths over 512 rows.",
     "Every case, and the JSON record: docs/conformance.md.",
 ))
 
@@ -53,7 +57,7 @@ def add_commands(commands) -> None:
                    help="only this case (id or name; repeat); a long case named runs without --thorough")
     p.add_argument("--thorough", action="store_true",
                    help="the long cases too (minutes a backend; see above); MIXBOARD_THOROUGH=1 does the same")
-    p.add_argument("--block-size", type=int, default=4, metavar="N", help="tokens per block of paged state (default 4)")
+    p.add_argument("--block-size", type=int, default=4, metavar="N", help="tokens per block of paged state (default 4; mixer kinds)")
     p.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failing case")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per case (stable contract)")
     p.add_argument("--allow-skip", action="store_true",

@@ -38,11 +38,12 @@ class EmbeddingWeights(Record):
 
 
 class EmbeddingImpl(OpImpl):
-    """The impl interface of kind ``embedding``: ``load(EmbeddingWeights)``, then ``forward(ids)``
-    and, when the spec is tied, ``logits(hidden)``.
+    """The impl interface of kind ``embedding``: ``load(EmbeddingWeights)``, then ``forward(ids)``.
 
-    forward: ids int64 [T] (each in range) -> weight[ids], [T, embedding_dim].
-    logits: hidden [T, embedding_dim] -> hidden @ weight.T, [T, num_embeddings].
+    When the spec is tied, also ``logits(hidden)``: the LM head.
+    weights: weight [num_embeddings, embedding_dim].
+    ids: int64 [T], each in range. forward returns weight[ids], [T, embedding_dim].
+    hidden: [T, embedding_dim]. logits returns hidden @ weight.T, [T, num_embeddings].
     Both in the layer's dtype. The oracle, ``mixboard.testing.EmbeddingOracle``,
     is the definition.
     """

@@ -48,6 +48,8 @@ class LinearWeights(Record):
 class LinearImpl(OpImpl):
     """The impl interface of kind ``linear``: ``load(LinearWeights)``, then ``forward(x)``.
 
+    weights: weight [rows, in_features], bias [rows] or None; rows is
+    out_features, or 2 x out_features when gated (the gate's rows, then up's).
     x: [T, in_features]. Returns [T, out_features] in the layer's dtype:
 
         y = x @ weight.T + bias                              (gated False)

@@ -31,18 +31,21 @@ class OpImpl(ABC):
     impl keeps what it needs of them, as they are or re-laid once (packed
     panels, another storage order): that is where a backend prepares
     weights, never in ``forward``. The caller drops its own references
-    after ``load`` (so a re-laid copy need not double the memory) and never
-    writes the tensors it handed over. Then ``forward`` runs any number of
+    after ``load`` (so a re-laid copy need not double the memory); neither
+    it nor the impl writes the tensors handed over (they may be a mapped
+    checkpoint's). Then ``forward`` runs any number of
     times, under ``torch.inference_mode()``; there is no builder, no state
     and no step metadata.
 
-    Inputs are ``[T, ...]`` on the layer's device, in the layer's dtype
-    unless the kind says otherwise; the last dimension has stride 1, other
-    strides are free (views into a fused product's output). ``forward``
-    must not change its inputs, except where its kind hands one over to be
-    written (rms_norm's ``added``, rotary's ``q`` and ``k``), and returns
-    tensors of its own: sharing memory with no weight, and with no input
-    but one its kind hands over. The kind's oracle in ``mixboard.testing``
+    Inputs are ``[T, ...]``, T >= 1 (a runner never runs an op on no
+    rows), on the layer's device, in the layer's dtype unless the kind says
+    otherwise; the last dimension has stride 1, other strides are free
+    (views into a fused product's output). ``forward`` must not change its
+    inputs, except where its kind hands one over to be written (rms_norm's
+    ``added``, rotary's ``q`` and ``k``), and returns tensors of its own:
+    sharing memory with no weight, and with no input but one its kind
+    hands over or names as a result (rms_norm's ``s`` is x when nothing is
+    added). The kind's oracle in ``mixboard.testing``
     defines its numbers; ``mixboard check BACKEND`` checks every rule.
     """
 

@@ -42,6 +42,7 @@ class RMSNormWeights(Record):
 class RMSNormImpl(OpImpl):
     """The impl interface of kind ``rms_norm``: ``load(RMSNormWeights)``, then ``forward(x, added)``.
 
+    weights: weight [hidden_size].
     x: [..., hidden_size] (a step's rows [T, H], or heads [T, heads, H]).
     added: None, or a tensor of x's shape to add to x first (a branch's
     output); the caller hands it over: the impl may write the sum into it.
@@ -50,7 +51,8 @@ class RMSNormImpl(OpImpl):
         s = x + added       (x.float() + added with residual_fp32; x itself when added is None)
         y = weight * (sf * rsqrt(mean(sf ** 2, -1) + eps)).to(dtype),  sf = s.float()
     y in the layer's dtype, s in its own (the residual stream, for the next
-    add). s may be ``added`` itself, written; never x.
+    add). s may be ``added`` itself, written, or x itself when added is
+    None; x is never written.
     The oracle, ``mixboard.testing.RMSNormOracle``, is the definition.
     """
 

@@ -63,9 +63,9 @@ def rotary_scaling(scaling: dict | None) -> str | None:
 class RotaryImpl(OpImpl):
     """The impl interface of kind ``rotary``: ``forward(positions, q, k)``.
 
-    positions: int64 [T], each row's position in its sequence. q [T, Hq, D]
-    and k [T, Hk, D], D = head_size, in the layer's dtype, channels
-    contiguous (they may be views of one buffer, the fused qkv output).
+    positions: int64 [T], each row's position in its sequence.
+    q, k: [T, Hq, D] and [T, Hk, D], D = head_size, in the layer's dtype,
+    channels contiguous (they may be views of one buffer, the fused qkv output).
     The caller hands q and k over: the impl may rotate them in place.
     The caller makes a new positions tensor for each step and never
     writes it: an impl may reuse what it derived from the same positions

@@ -65,11 +65,11 @@ class Kept:
                 return f"the backend changed its input {name!r} in place (the kind hands over only " \
                        f"{_names(call.handed)})"
         for base, before in self.buffers.values():
-            outside = torch.ones(base.shape, dtype=torch.bool, device=base.device)
-            for name, t in given.items():
-                if t is not None and t._base is base and name in call.handed:  # its own to write
-                    outside.as_strided(t.shape, t.stride(), t.storage_offset() - base.storage_offset()).fill_(False)
-            if not same_tensor(base[outside], before[outside]):
+            handed = [t for name, t in given.items() if t is not None and t._base is base and name in call.handed]
+            outside = torch.ones(base.shape, dtype=torch.bool, device=base.device) if handed else None
+            for t in handed:  # its own to write
+                outside.as_strided(t.shape, t.stride(), t.storage_offset() - base.storage_offset()).fill_(False)
+            if not (same_tensor(base[outside], before[outside]) if handed else same_tensor(base, before)):
                 return ("the backend wrote outside its inputs, into the rest of the buffer they are views of (a "
                         "fused product's other slices live there)")
         return None
