@@ -170,7 +170,7 @@ def token_ids(spec, rows: int, gen: torch.Generator) -> torch.Tensor:
 
 EMBEDDING = OpAdapter(
     kind="embedding",
-    base=dict(num_embeddings=1000, embedding_dim=64),
+    base=dict(num_embeddings=1000, embedding_dim=64, tied=True),  # both calls: a tied-only backend runs every case
     calls=(
         OpCall("forward(ids)", lambda s, t, g, step: {"ids": token_ids(s, t, g)}),
         OpCall("logits(hidden)",
@@ -180,11 +180,11 @@ EMBEDDING = OpAdapter(
     oracle=EmbeddingOracle,
     weights=embedding_weights,
     shapes=(
-        ("tied", dict(tied=True)),
-        ("dim33_tied", dict(embedding_dim=33, num_embeddings=517, tied=True)),
-        ("vocab32000_tied", dict(num_embeddings=32000, tied=True)),  # a real vocabulary's LM head
+        ("untied", dict(tied=False)),
+        ("dim33", dict(embedding_dim=33, num_embeddings=517)),
+        ("vocab32000", dict(num_embeddings=32000)),  # a real vocabulary's LM head
     ),
-    long_shapes=(("vocab32000_dim1024_tied", dict(num_embeddings=32000, embedding_dim=1024, tied=True)),),
+    long_shapes=(("vocab32000_dim1024", dict(num_embeddings=32000, embedding_dim=1024)),),
 )
 
 
