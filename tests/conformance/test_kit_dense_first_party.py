@@ -73,3 +73,15 @@ def test_mixboard_check_runs_a_dense_backend():
     records = json.loads(done.stdout)
     assert {r["status"] for r in records} == {"pass"}
     assert {r["case"] for r in records} >= {"rows[float32]", "shape-vocab32000[float32]"}
+
+
+def test_pytest_runs_a_dense_backend_with_no_test_file(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MIXBOARD_", "PYTEST_"))}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--mixboard-backend",
+                           "rms_norm_torch", "--mixboard-dtype", "float32", "-v"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "8 passed" in done.stdout
+    assert "::test_conformance[rms_norm_torch:shape-residual_fp32[float32]] PASSED" in done.stdout

@@ -105,7 +105,8 @@ RMS_NORM = OpAdapter(
         ("hidden128", dict(hidden_size=128)),  # a head's norm (q_norm, k_norm)
         ("hidden4096", dict(hidden_size=4096)),  # a real model's width
     ),
-    long_shapes=(("hidden8192", dict(hidden_size=8192)), ("hidden4096_fp32", dict(hidden_size=4096, residual_fp32=True))),
+    long_shapes=(("hidden8192", dict(hidden_size=8192)),
+                 ("hidden4096_fp32", dict(hidden_size=4096, residual_fp32=True))),
     neighbour=dict(eps=1e-5),
 )
 

@@ -118,7 +118,8 @@ def resolve(backend: str | type, registry: Registry | None = None, adapter: Kind
     if adapter is None:
         raise UsageError(f"backend {cls.name!r} serves kind {cls.kind!r}, which has no conformance adapter: the "
                          f"plugin that defines the kind describes it with mixboard.testing.conformance.KindAdapter (a "
-                         f"dense kind: OpAdapter) and declares it on the Kind (conformance='module:NAME'); see docs/conformance.md")
+                         f"dense kind: OpAdapter) and declares it on the Kind (conformance='module:NAME'); see "
+                         f"docs/conformance.md")
     if adapter.kind != cls.kind:
         raise UsageError(f"backend {cls.name!r} serves {cls.kind}, not {adapter.kind}: use the {cls.kind} suite")
     return Target(cls, kind, adapter)
