@@ -20,10 +20,10 @@ VARIABLE = "MIXBOARD_REQUIRE_KERNELS"
 
 
 def kernels() -> dict[str, Path]:
-    """Module name -> the distribution folder whose setup.py builds it (the
-    root's and every plugin's)."""
+    """Module name -> the plugin folder whose setup.py builds it (the root
+    distribution is pure Python)."""
     found = {}
-    for setup in [ROOT / "setup.py", *ROOT.glob("plugins/*/setup.py")]:
+    for setup in ROOT.glob("plugins/*/setup.py"):
         for module in re.findall(r"Extension\(\s*[\"']([\w.]+)[\"']", setup.read_text()):
             found[module] = setup.parent
     return dict(sorted(found.items()))

