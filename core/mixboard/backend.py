@@ -62,16 +62,20 @@ class Backend:
 
     name: unique among all installed backends (two plugins registering one
         name are both left out).
-    kind: the kind served: attention, mamba1, mamba2, short_conv, or a kind
-        a plugin defines.
+    kind: the kind served: a mixer kind (attention, mamba1, mamba2,
+        short_conv), a dense kind (linear, rms_norm, rotary, embedding,
+        argmax), or a kind a plugin defines.
     priority: int, default 0. Among the backends that pass every check for
         a layer, the highest priority wins; ties break on name. First-party
         values: 100 for a vendor library's kernels (flash_attn,
         mamba2_triton, mamba1_cuda, short_conv_cuda), 20 for the
         first-party CPU kernels (sdpa_cpu, mamba2_cpu, mamba1_cpu,
-        short_conv_cpu), 10 for portable PyTorch (sdpa, mamba2_torch,
-        mamba1_torch, short_conv_torch). A negative value is only lower:
-        the backend is still chosen where nothing above it passes.
+        short_conv_cpu; mixboard-cpu's linear_cpu, rms_norm_cpu, ...), 15
+        for portable kernels below those (mixboard-triton's, oneDNN's
+        products), 10 for portable PyTorch (sdpa, mamba2_torch,
+        mamba1_torch, short_conv_torch, linear_torch, ...). A negative
+        value is only lower: the backend is still chosen where nothing
+        above it passes.
     devices: torch device types served ("cuda", "cpu", ...), or ("*",).
     dtypes: the layer dtypes served ("float32", "bfloat16", ...).
     requires: module names the kernels need, found with
