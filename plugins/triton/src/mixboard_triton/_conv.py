@@ -112,8 +112,10 @@ def _conv_step_kernel(
     tl.store(state[:, None] + j[None, :], shifted.to(state_ptr.dtype.element_ty), mask=in_state)
 
 
-def _channel_block(channels: int) -> int:
-    return min(triton.next_power_of_2(channels), 128)
+def _channel_block(x: torch.Tensor) -> int:
+    """Channels a program takes. In the interpreter (CPU tensors) a program costs per operation rather
+    than per element: fewer, larger blocks."""
+    return min(triton.next_power_of_2(x.shape[1]), 512 if x.device.type == "cpu" else 128)
 
 
 def _gates(B: torch.Tensor | None, C: torch.Tensor | None, x: torch.Tensor):
@@ -134,7 +136,7 @@ def conv_ragged(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     W = weight.shape[1]
     out = torch.empty((T, channels), dtype=x.dtype, device=x.device)
     b, c, sb, sc = _gates(B, C, x)
-    block_c = _channel_block(channels)
+    block_c = _channel_block(x)
     grid = (slots.shape[0], triton.cdiv(channels, block_c))
     _conv_ragged_kernel[grid](
         x, b, c, out, weight, weight if bias is None else bias, state, query_start_loc, context_lens, slots,
@@ -154,7 +156,7 @@ def conv_step(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
     W = weight.shape[1]
     out = torch.empty((T, channels), dtype=x.dtype, device=x.device)
     b, c, sb, sc = _gates(B, C, x)
-    block_c = _channel_block(channels)
+    block_c = _channel_block(x)
     _conv_step_kernel[(T, triton.cdiv(channels, block_c))](
         x, b, c, out, weight, weight if bias is None else bias, state, slots,
         x.stride(0), sb, sc, out.stride(0), weight.stride(0), state.stride(0), state.stride(1),

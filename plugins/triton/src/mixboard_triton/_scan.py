@@ -87,16 +87,18 @@ def _update_kernel(
     tl.store(state, h.to(ssm_ptr.dtype.element_ty), mask=mask)
 
 
-def _blocks(channels: int, d_state: int) -> tuple[int, int]:
-    """(channels, states) a program holds: h is [BLOCK_C, BLOCK_N] floats in registers."""
+def _blocks(channels: int, d_state: int, interpreted: bool) -> tuple[int, int]:
+    """(channels, states) a program holds: h is [BLOCK_C, BLOCK_N] floats in registers on a GPU. In the
+    interpreter (CPU tensors) a program costs per operation rather than per element: fewer, larger blocks."""
     block_n = triton.next_power_of_2(d_state)
-    return min(triton.next_power_of_2(channels), max(16, 2048 // block_n)), block_n
+    budget = 8192 if interpreted else 1024
+    return min(triton.next_power_of_2(channels), max(16, budget // block_n)), block_n
 
 
 def _launch(kernel, grid_rows: int, x, dt, B, C, z, A, D, dt_bias, ssm, per_sequence: tuple) -> torch.Tensor:
     channels, d_state = A.shape
     out = torch.empty_like(x)
-    block_c, block_n = _blocks(channels, d_state)
+    block_c, block_n = _blocks(channels, d_state, x.device.type == "cpu")
     kernel[(grid_rows, triton.cdiv(channels, block_c))](
         x, dt, B, C, z, out, A, D, dt_bias, ssm, *per_sequence,
         x.stride(0), dt.stride(0), B.stride(0), C.stride(0), z.stride(0), out.stride(0), A.stride(0),
