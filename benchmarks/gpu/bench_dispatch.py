@@ -204,7 +204,8 @@ def direct_mamba2_triton(layer: Layer) -> Callable:
     D, dt_bias = w.D.view(H, 1).expand(H, P), w.dt_bias.view(H, 1).expand(H, P)
 
     def run():
-        xbc = causal_conv1d_step(xBC, w.conv_weight, w.conv_bias, layer.state["conv"], slots64, activation="silu")
+        xbc = causal_conv1d_step(xBC, w.conv_weight, w.conv_bias, layer.state["conv"], slots64, activation="silu",
+                                 slot_range=(1, n + 1))  # the step's slots are 1..n: records in place, as planned
         x = xbc[:, :DI].view(n, H, P)
         B, C = xbc[:, DI:DI + G * N].view(n, G, N), xbc[:, DI + G * N:].view(n, G, N)
         y = selective_state_update(layer.state["ssm"], x, dt.unsqueeze(-1).expand(n, H, P), A, B, C, D=D, z=None,
