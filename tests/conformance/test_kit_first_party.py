@@ -80,3 +80,20 @@ class TestShortConvCpu(ShortConvConformance):
 class TestShortConvCuda(ShortConvConformance):
     backend = "short_conv_cuda"
     device = "cuda"
+
+
+# mixboard-triton's kernels: here on a GPU (every dtype); on CPU they run in Triton's interpreter,
+# in float32, in the lane tests/triton_interp/ci.sh (lane_triton_plugin.py).
+class TestTritonAttn(AttentionConformance):
+    backend = "triton_attn"
+    device = "cuda"
+
+
+class TestShortConvTriton(ShortConvConformance):
+    backend = "short_conv_triton"
+    device = "cuda"
+
+
+class TestMamba1Triton(Mamba1Conformance):
+    backend = "mamba1_triton"
+    device = "cuda"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The Triton-interpreter lane: mamba-ssm's own Triton kernels on CPU tensors (TRITON_INTERPRET=1),
-# through the conformance kit. Its own venv (.venv-triton, git-ignored) layered on the dev venv
-# (.venv, read through a .pth): triton lives only here, because transformers imports triton
-# wherever it is installed, and the main suite's doubles of mamba_ssm/triton then skip.
+# The Triton-interpreter lane: Triton kernels on CPU tensors (TRITON_INTERPRET=1), through the
+# conformance kit: mamba-ssm's own (mamba2_triton) and mixboard-triton's (triton_attn,
+# short_conv_triton, mamba1_triton). MIXBOARD_THOROUGH=1 adds the kit's long cases (far slower).
+# Its own venv (.venv-triton, git-ignored) layered on the dev venv (.venv, read through a .pth):
+# triton lives only here, because transformers imports triton wherever it is installed, and the
+# main suite's doubles of mamba_ssm/triton then skip.
 # mamba-ssm is not installed: its sources are fetched and imported by tests/triton_interp/harness.py.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,5 +16,10 @@ if [ ! -x .venv-triton/bin/python ]; then
   .venv-triton/bin/pip install -q "triton==3.9.*" "einops==0.8.*"
 fi
 PATH="$PWD/.venv/bin:$PATH" bash tests/triton_interp/fetch_mamba_ssm.sh  # the dev venv: torch and wheel for the sdist's setup.py
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv-triton/bin/python -m pytest -p no:cacheprovider -s \
-  tests/triton_interp/lane_mamba2_triton.py "$@"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# 1. mamba2_triton on mamba-ssm's own Triton kernels: the kit in a child process, behind harness.py's shims.
+.venv-triton/bin/python -m pytest -p no:cacheprovider -s tests/triton_interp/lane_mamba2_triton.py "$@"
+# 2. mixboard-triton's own kernels: the kit's cases as pytest items, one per case, and the selection rule.
+TRITON_INTERPRET=1 .venv-triton/bin/python -m pytest -p no:cacheprovider -o addopts= -v --durations=5 \
+  tests/triton_interp/lane_triton_plugin.py --mixboard-backend triton_attn,short_conv_triton,mamba1_triton \
+  --mixboard-device cpu --mixboard-dtype float32 "$@"
