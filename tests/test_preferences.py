@@ -81,7 +81,8 @@ def test_forcing_beats_preferring():
     ("attention", "bad preference 'attention': write KIND=BACKEND"),
     # a typo after a preference that serves here is still a typo
     ("attention=portable,attention=vendr", "preference 'attention=vendr' names unknown backend 'vendr'"),
-    ("attention=portable,m.*=ssm", "rule 'm.*=ssm' prefers backend 'ssm', which serves mamba2"),
+    ("attention=portable,m.*=ssm", "rule 'm.*=ssm' matches no mamba2 layer: 'ssm' serves mamba2, and the layers "
+                                       "it names are of kind attention"),
 ])
 def test_a_preference_that_cannot_mean_anything_is_an_error(rules, message):
     with pytest.raises(UsageError, match=None) as info:

@@ -117,8 +117,14 @@ def test_forced_unknown_or_wrong_kind_backend_is_a_usage_error():
     r = registry()
     with pytest.raises(UsageError, match="unknown backend 'portabel'.*did you mean 'portable'"):
         r.select("attention", AttentionSpec(), CPU, overrides=r.parse_overrides("attention=portabel"))
-    with pytest.raises(UsageError, match="'ssm_torch', which serves mamba2, onto layer 'l.0' of kind attention"):
-        r.select("attention", AttentionSpec(), CPU, layer="l.0", overrides=r.parse_overrides("l.*=ssm_torch"))
+    # a layer pattern picks layers of its backend's kind only: one that names none of them is an error
+    with pytest.raises(UsageError, match="'l.*=ssm_torch' matches no mamba2 layer: 'ssm_torch' serves mamba2, and the "
+                                         "layers it names are of kind attention"):
+        r.plan([("l.0", "attention", AttentionSpec())], CPU, overrides="l.*=ssm_torch")
+    # ... and leaves the layers of other kinds it names to their own rules
+    plan = r.plan([("l.0", "attention", AttentionSpec()), ("l.1", "mamba2", Mamba2Spec())], CPU,
+                  overrides="l.*=ssm_torch")
+    assert plan.layers[1].backend == "ssm_torch" and plan.layers[0].selection.rule is None and plan.layers[1].selection.rule == "l.*=ssm_torch"
 
 
 @pytest.mark.parametrize("text, message", [

@@ -2,8 +2,11 @@
 
 A target without a dot or glob character names a kind; one with either is a
 layer-name pattern (``fnmatch`` syntax). For a layer, the first layer pattern
-that matches wins, then the rule for its kind. Overrides are strict: the
-named backend must serve the layer or selection fails.
+that matches wins, then the rule for its kind. A layer pattern picks only
+layers of the kind its backend serves: ``model.layers.3.*=sdpa`` forces the
+attention of block 3 and leaves its norms and projections (layers of other
+kinds, named under the same block) to their own rules. Overrides are strict:
+the named backend must serve the layer or selection fails.
 
 Preferences (``--prefer``, ``$MIXBOARD_PREFER``) use the same rules without
 the strictness: a preferred backend that can serve a layer wins whatever its
@@ -24,18 +27,24 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Overrides:
-    __slots__ = ("kind_rules", "layer_rules")
+    __slots__ = ("kind_rules", "layer_rules", "backend_kinds")
 
-    def __init__(self, kind_rules: tuple[tuple[str, str], ...] = (), layer_rules: tuple[tuple[str, str], ...] = ()):
+    def __init__(self, kind_rules: tuple[tuple[str, str], ...] = (), layer_rules: tuple[tuple[str, str], ...] = (),
+                 backend_kinds: dict[str, str] | None = None):
         self.kind_rules = kind_rules  # (kind, backend)
         self.layer_rules = layer_rules  # (pattern, backend), in the order written
+        # backend -> the kind it serves: a layer pattern applies to layers of that kind only
+        # (a backend not listed, unknown or given without a registry, applies to every layer it matches)
+        self.backend_kinds = backend_kinds or {}
 
     @classmethod
-    def parse(cls, text: str | None, kinds=None, repeats: bool = False) -> "Overrides":
+    def parse(cls, text: str | None, kinds=None, repeats: bool = False,
+              backend_kinds: dict[str, str] | None = None) -> "Overrides":
         """Parse rules; ``kinds`` (names) lets an unknown kind be reported now.
-        ``repeats`` allows a target named twice (preferences: tried in order)."""
+        ``repeats`` allows a target named twice (preferences: tried in order).
+        ``backend_kinds``: backend name -> the kind it serves (the registry's)."""
         if not text or not text.strip():
-            return cls()
+            return cls(backend_kinds=backend_kinds)
         what = "preference" if repeats else "backend rule"  # which flag the user should look at
         kind_rules: list[tuple[str, str]] = []
         layer_rules: list[tuple[str, str]] = []
@@ -59,7 +68,7 @@ class Overrides:
                 raise UsageError(f"{what} {part!r} names unknown kind {target!r}; kinds are "
                                  f"{', '.join(sorted(kinds))} (a layer pattern needs a dot or a glob)")
             rules.append((target, backend))
-        return cls(tuple(kind_rules), tuple(layer_rules))
+        return cls(tuple(kind_rules), tuple(layer_rules), backend_kinds)
 
     def __bool__(self) -> bool:
         return bool(self.kind_rules or self.layer_rules)
@@ -68,7 +77,7 @@ class Overrides:
         """(backend, the rule that named it) for this layer, or None."""
         if layer is not None:
             for pattern, backend in self.layer_rules:
-                if fnmatchcase(layer, pattern):
+                if fnmatchcase(layer, pattern) and self.backend_kinds.get(backend, kind) == kind:
                     return backend, f"{pattern}={backend}"
         for target, backend in self.kind_rules:
             if target == kind:
@@ -78,7 +87,8 @@ class Overrides:
     def all_for_layer(self, layer: str | None, kind: str) -> tuple[tuple[str, str], ...]:
         """Every (backend, rule) naming this layer, best first: layer patterns
         in the order written, then the kind's rules (preferences)."""
-        found = [(b, f"{p}={b}") for p, b in self.layer_rules if layer is not None and fnmatchcase(layer, p)]
+        found = [(b, f"{p}={b}") for p, b in self.layer_rules
+                 if layer is not None and fnmatchcase(layer, p) and self.backend_kinds.get(b, kind) == kind]
         found += [(b, f"{t}={b}") for t, b in self.kind_rules if t == kind]
         return tuple(found)
 

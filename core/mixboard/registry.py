@@ -34,6 +34,7 @@ class Registry:
             entry = self.backends[name]
             by_kind[entry.cls.kind].append(entry)
         self._by_kind = by_kind
+        self._backend_kinds = {name: entry.cls.kind for name, entry in self.backends.items()}
         self._memo: dict[tuple, Selection] = {}
 
     @classmethod
@@ -70,12 +71,12 @@ class Registry:
             raise UsageError(f"bad {kind} spec: {exc}") from None
 
     def parse_overrides(self, text: str | None) -> Overrides:
-        return Overrides.parse(text, kinds=self.kinds)
+        return Overrides.parse(text, kinds=self.kinds, backend_kinds=self._backend_kinds)
 
     def parse_preferences(self, text: str | None) -> Overrides:
         """Preference rules, every backend checked now: whether a typo is an
         error must not depend on whether an earlier preference served here."""
-        prefer = Overrides.parse(text, kinds=self.kinds, repeats=True)
+        prefer = Overrides.parse(text, kinds=self.kinds, repeats=True, backend_kinds=self._backend_kinds)
         for target, backend in prefer.kind_rules + prefer.layer_rules:
             rule = f"{target}={backend}"
             entry = self.backends.get(backend)
@@ -242,7 +243,8 @@ class Registry:
                 is_kind = (target, backend) in overrides.kind_rules
                 named = [layer for layer in planned
                          if (layer.kind == target if is_kind
-                             else layer.name is not None and fnmatchcase(layer.name, target))]
+                             else layer.name is not None and fnmatchcase(layer.name, target)
+                             and layer.kind == self._backend_kinds.get(backend, layer.kind))]
                 if named:  # every layer it names is forced: the preference can never act
                     raise UsageError(f"preference {rule!r} names only layers that backend rules force "
                                      f"({named[0].name}{', ...' if len(named) > 1 else ''}); drop it")
@@ -259,6 +261,13 @@ class Registry:
                 raise UsageError(f"rule {rule!r} matches no layer: this model has no {target} layers "
                                  f"(its layers are of kind {', '.join(kinds) or 'none'}); drop the rule")
             names = [layer.name for layer in planned if layer.name is not None]
+            serves = self._backend_kinds[backend]
+            others = sorted({layer.kind for layer in planned if layer.name is not None and layer.kind != serves
+                             and fnmatchcase(layer.name, target)})
+            if others and not any(layer.kind == serves and layer.name is not None and fnmatchcase(layer.name, target)
+                                  for layer in planned):
+                raise UsageError(f"rule {rule!r} matches no {serves} layer: {backend!r} serves {serves}, and the "
+                                 f"layers it names are of kind {', '.join(others)}; name a layer of kind {serves}")
             if not names:  # `mixboard select` without --layer: nothing a pattern could match
                 raise UsageError(f"rule {rule!r} is a layer pattern: give the layer's name (--layer NAME) "
                                  f"for it to match")

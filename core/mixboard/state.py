@@ -1,7 +1,8 @@
 """What per-sequence state a layer keeps, described well enough for a runner
 to allocate it without knowing the layer's kind.
 
-Two layouts cover every kind:
+Two layouts cover every kind that keeps state (a third, ``none``, is what
+the dense ops keep: nothing):
 
 * ``paged``: a record per *token*, stored in blocks of ``block_size`` tokens;
   a block table per sequence says which blocks it owns. A pool tensor named
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 PAGED = "paged"
 SLOTS = "slots"
+NONE = "none"  # a layer that keeps no state (the dense ops): nothing to allocate
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,10 @@ class StateSpec:
     block_multiple: int = 1
 
     def __post_init__(self):
-        if self.layout not in (PAGED, SLOTS):
-            raise ValueError(f"state layout must be {PAGED!r} or {SLOTS!r}, not {self.layout!r}")
+        if self.layout not in (PAGED, SLOTS, NONE):
+            raise ValueError(f"state layout must be {PAGED!r}, {SLOTS!r} or {NONE!r}, not {self.layout!r}")
+        if self.layout == NONE and self.tensors:
+            raise ValueError("a state of layout 'none' holds no tensors")
         if self.block_multiple < 1 or (self.layout == SLOTS and self.block_multiple != 1):
             raise ValueError("block_multiple must be a positive int, and applies to paged state only")
 
@@ -71,6 +75,11 @@ class StateSpec:
     def slots(cls, **tensors: tuple[tuple[int, ...], str]) -> "StateSpec":
         """Per-sequence records: ``StateSpec.slots(ssm=((heads, dim, d_state), "float32"))``."""
         return cls(SLOTS, tuple((n, TensorSpec(tuple(s), d)) for n, (s, d) in tensors.items()))
+
+    @classmethod
+    def none(cls) -> "StateSpec":
+        """No state: what a dense op keeps."""
+        return cls(NONE, ())
 
     def record_bytes(self) -> int:
         """Bytes of one record: one token (paged) or one sequence (slots)."""

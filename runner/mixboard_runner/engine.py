@@ -42,15 +42,13 @@ DEFAULT_CACHE_MEMORY = 512 * 2**20
 
 
 class StepContext:
-    """What a model's layers see during one step: their impl, state and the
-    metadata their backend's builder made, and a memo for what the model's
-    layers share within the step (keyed by the module that made it)."""
+    """What a model's stateful layers see during one step: their impl, state
+    and the metadata their backend's builder made."""
 
-    __slots__ = ("runtimes", "metas", "max_position", "memo")
+    __slots__ = ("runtimes", "metas")
 
-    def __init__(self, runtimes, metas, max_position):
-        self.runtimes, self.metas, self.max_position = runtimes, metas, max_position
-        self.memo = {}
+    def __init__(self, runtimes, metas):
+        self.runtimes, self.metas = runtimes, metas
 
     def lookup(self, layer_name: str):
         impl, state, builder_id = self.runtimes[layer_name]
@@ -138,32 +136,39 @@ class Engine:
         self.plan = self.registry.plan(build_model(model, dtype).layer_decls(), self.env, backend, prefer)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
+        self._owners = {}  # id(impl or builder) -> (backend, layer): whom an error blames
+        self._bind_stateless()  # before the pools: an impl that re-lays its weights does it with the least held
         self.cache = CacheManager(self.plan, self.device, cache_memory, max_seqs, block_size)
         self.scheduler = Scheduler(self.cache, self.cache.max_seqs, max_batched_tokens)
         self.stats = Stats()
         self._lock = threading.RLock()  # one step (and one change of the queues) at a time
         self._stepping = None  # the thread inside a step: see _drop
         self._dropped: list[list[Sequence]] = []
-        self._bind()
+        self._bind_stateful()
 
-    def _bind(self) -> None:
-        """One impl per layer, chosen by the plan. A layer that keeps state gets its pools and
-        one builder per (backend, spec) makes its step metadata; one that keeps none (a dense
-        op) takes its weights into its impl once and runs on its inputs alone."""
+    def _bind_stateless(self) -> None:
+        """Layers that keep no state (the dense ops): each impl takes its layer's weights once
+        (``load``) and runs on its inputs alone."""
+        modules = self.model.layers()
+        for layer in self.plan.layers:
+            if layer.selection.state_spec.tensors:
+                continue
+            with blaming(layer.backend, layer.name, "making its impl"):
+                impl = build_impl(layer.selection.backend, layer.spec, self.env, layer.name)
+            with blaming(layer.backend, layer.name, "loading its weights"):
+                modules[layer.name].bind(impl)
+            self._owners[id(impl)] = (layer.backend, layer.name)
+
+    def _bind_stateful(self) -> None:
+        """Layers that keep state: an impl per layer, its pools, and one builder per
+        (backend, spec) that makes the step's metadata for its layers."""
         builders: dict[tuple, int] = {}
         self.builders = []
         self.runtimes = {}
-        self._owners = {}  # id(impl or builder) -> (backend, layer): whom an error blames
-        modules = self.model.layers()
         for layer in self.plan.layers:
-            backend = layer.selection.backend
             if not layer.selection.state_spec.tensors:
-                with blaming(layer.backend, layer.name, "making its impl"):
-                    impl = build_impl(backend, layer.spec, self.env, layer.name)
-                with blaming(layer.backend, layer.name, "loading its weights"):
-                    modules[layer.name].bind(impl)
-                self._owners[id(impl)] = (layer.backend, layer.name)
                 continue
+            backend = layer.selection.backend
             key = (layer.backend, layer.spec)
             if key not in builders:
                 with blaming(layer.backend, layer.name, "making its builder"):
@@ -216,7 +221,7 @@ class Engine:
             [n for _, n in batch], [s.num_computed for s, _ in batch],
             [s.slot if s.slot is not None else 0 for s, _ in batch], [s.blocks for s, _ in batch],
             self.cache.block_size, self.device)
-        step = StepContext(self.runtimes, [build(common) for build in self.builders], max(positions))
+        step = StepContext(self.runtimes, [build(common) for build in self.builders])
         # every row is wanted (scoring, or a decode-only step): no gather
         rows = None if all_logits or len(last) == len(ids) else torch.tensor(last, dtype=torch.int64,
                                                                               device=self.device)

@@ -72,11 +72,11 @@ def _add_common(p) -> None:
 
 
 def explain_dict(plan) -> dict:
-    """The plan as explain and run print it: Plan.to_dict with each layer's backend alone (no spec:
-    a 60-layer model would repeat it 60 times, `select` shows one) and the reasons in ``choices``,
-    once for all the layers that got the same backend for the same reasons."""
+    """The plan as explain and run print it: Plan.to_dict without each layer's spec (a 60-layer model
+    would repeat it 60 times; `select` shows one), and ``choices``: the reasons once for all the layers
+    that got the same backend for the same reasons."""
     data = plan.to_dict()
-    data["layers"] = [{k: v for k, v in layer.items() if k not in ("spec", "rejected")} for layer in data["layers"]]
+    data["layers"] = [{k: v for k, v in layer.items() if k != "spec"} for layer in data["layers"]]
     data["choices"] = [{"kind": c.kind, "backend": c.backend, "rule": c.rule, "preferred_by": c.preferred_by,
                         "layers": c.names, "rejected": {n: list(r) for n, r in c.rejected}} for c in choices(plan)]
     return data
@@ -88,6 +88,11 @@ class Choice:
     def __init__(self, kind, backend, rule, preferred_by, rejected):
         self.kind, self.backend, self.rule, self.preferred_by, self.rejected = kind, backend, rule, preferred_by, rejected
         self.names: list[str] = []
+
+
+def products(plan) -> str:
+    """The backends that ran the model's products (kind linear), for ``run --json``'s stats."""
+    return ", ".join(dict.fromkeys(layer.backend for layer in plan.layers if layer.kind == "linear"))
 
 
 def choices(plan) -> list[Choice]:
@@ -114,12 +119,16 @@ def print_plan(plan, verbose: bool) -> None:
 
 
 def names_of(names) -> str:
-    """Layer names in a few words: up to three patterns over the layer index
-    (model.layers.*.mlp.down_proj), else the first and the last name."""
-    patterns = list(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", name) for name in names))
-    if len(names) == 1 or len(patterns) > 3:
-        return names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
-    return ", ".join(patterns)
+    """Layer names in a few words: patterns over the layer index, the parts after it in braces
+    (``model.layers.*.{self_attn.qkv_proj,mlp.down_proj}, lm_head``)."""
+    groups: dict[str, list[str]] = {}  # the part up to the index -> the parts after it, in order
+    for name in names:
+        head, star, tail = re.sub(r"\.\d+\.", ".*.", name).partition(".*.")
+        tails = groups.setdefault(head + star, [])
+        if tail not in tails:
+            tails.append(tail)
+    return ", ".join(head if tails == [""] else head + (tails[0] if len(tails) == 1 else "{" + ",".join(tails) + "}")
+                     for head, tails in groups.items())
 
 
 def cmd_explain(args) -> int:
@@ -210,8 +219,8 @@ def cmd_run(args) -> int:
                           "outputs": [{"prompt_ids": o.prompt_ids, "output_ids": o.output_ids, "text": o.text,
                                        "finish_reason": o.finish_reason} for o in outputs],
                           "stats": {k: stats[k] for k in ("prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
-                                                          "decode_tokens_per_s", "wall_s", "preemptions")}},
-                         indent=2))
+                                                          "decode_tokens_per_s", "wall_s", "preemptions")}
+                          | {"projections": products(engine.plan)}}, indent=2))
         return 0
     print_plan(engine.plan, verbose=False)
     for i, out in enumerate(outputs):

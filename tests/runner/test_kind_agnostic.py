@@ -26,8 +26,9 @@ def test_module_names_no_kind_and_tests_no_type(module):
 
 MODELS = RUNNER / "models"
 # a device or dtype test that picks a code path: what the plan's backends decide, never the model code
-PATH_PICKING = re.compile(r"\.device\b|device\.type|\bdtype\s*[!=]=|[!=]=\s*torch\.\w*(float|half)|is_cuda|"
-                          r"\bserves\(|\bisa\(|\bkernels\b|\bpanels\b|mkldnn|onednn", re.I)
+PATH_PICKING = re.compile(r"\.device\b|device\.type|\bdtype\s*([!=]=|in\b|not in\b)|[!=]=\s*torch\.\w*(float|half)|"
+                          r"is_cuda|torch\.cuda|is_floating_point|\bserves\(|\bisa\(|\bkernels\b|\bpanels\b|mkldnn|onednn",
+                          re.I)
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in MODELS.glob("*.py")))
@@ -39,5 +40,6 @@ def test_model_code_picks_no_code_path_by_device_or_dtype(module):
 
 
 def test_the_path_picking_check_can_fail():
-    for line in ("if x.device.type == 'cpu':", "if x.dtype == torch.float32:", "if kernels.serves(d, t):"):
+    for line in ("if x.device.type == 'cpu':", "if x.dtype == torch.float32:", "if kernels.serves(d, t):",
+                 "if torch.cuda.is_available():", "if x.dtype in (torch.bfloat16,):", "if x.is_floating_point():"):
         assert PATH_PICKING.search(line), line

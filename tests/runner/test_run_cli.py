@@ -53,6 +53,7 @@ def test_run_demo_by_default_json_contract():
     assert {"prefill_tokens", "decode_tokens", "prefill_tokens_per_s", "decode_tokens_per_s", "wall_s"} <= set(data["stats"])
     # the products are the plan's too, with their reasons: mixboard-cpu's on CPU in float32
     assert backends["linear"] in ("linear_cpu", "linear_onednn")
+    assert data["stats"]["projections"] == backends["linear"]
     (products,) = [c for c in data["plan"]["choices"] if c["kind"] == "linear"]
     assert "linear_torch" in products["rejected"] and len(products["layers"]) == 32
     named = [name for c in data["plan"]["choices"] for name in c["layers"]]
@@ -76,6 +77,7 @@ def test_explain_json_contract_without_weights(tmp_path, llama_dir):
     layer = [layer for layer in data["layers"] if layer["kind"] == "attention"][0]
     assert layer["name"] == "model.layers.0.self_attn"
     assert layer["backend"] == "sdpa"  # float32: flash_attn is rejected, with its reasons
+    assert any("float32" in r for r in layer["rejected"]["flash_attn"])
     (choice,) = [c for c in data["choices"] if c["kind"] == "attention"]
     assert choice["layers"] == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
     assert any("float32" in r for r in choice["rejected"]["flash_attn"])
@@ -215,3 +217,19 @@ def test_ctrl_c_prints_one_line_and_exits_130():
     # the signal comes once tokens are being printed: it lands in the middle of generation
     status, shown, err = _on_a_terminal(["run", "--max-tokens", "100000", "--ignore-eos"], until=b"[0]\r\n")
     assert status == 130 and err.strip() == "mixboard run: interrupted", (status, err)
+
+
+def test_a_layer_pattern_forces_its_backends_kind_only():
+    # block 0 of the demo holds attention, its norms and its projections: the rule picks the attention alone
+    out = mixboard("explain", "--backend", "model.layers.0.*=sdpa", "--json")
+    assert out.returncode == 0, out.stderr
+    layers = {layer["name"]: layer for layer in json.loads(out.stdout)["layers"]}
+    assert layers["model.layers.0.self_attn"]["backend"] == "sdpa"
+    assert layers["model.layers.0.self_attn"]["rule"] == "model.layers.0.*=sdpa"
+    assert layers["model.layers.0.input_layernorm"]["rule"] is None
+    assert layers["model.layers.4.self_attn"]["backend"] != "sdpa"
+    # a pattern over another kind's layers only says so, in one line
+    out = mixboard("explain", "--backend", "model.layers.1.*=sdpa")
+    assert out.returncode == 2
+    assert "matches no attention layer: 'sdpa' serves attention, and the layers it names are of kind" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

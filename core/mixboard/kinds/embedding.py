@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class EmbeddingSpec(MixerSpec):
     """num_embeddings: the vocabulary (32000). embedding_dim: 1024.
-    tied: the LM head is this table too (False)."""
+    tied: the LM head is this table too (True, as in most small models)."""
 
     num_embeddings: int = 32000
     embedding_dim: int = 1024
-    tied: bool = False
+    tied: bool = True
 
     def validate(self) -> None:
         require(self.num_embeddings > 0 and self.embedding_dim > 0, "num_embeddings and embedding_dim must be positive")

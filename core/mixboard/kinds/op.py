@@ -14,7 +14,7 @@ from abc import ABC
 from ..state import StateSpec
 
 # The state of an op that keeps none: a runner allocates nothing for it.
-NO_STATE = StateSpec.slots()
+NO_STATE = StateSpec.none()
 
 
 def no_state(spec) -> StateSpec:
@@ -42,10 +42,10 @@ class OpImpl(ABC):
     otherwise; the last dimension has stride 1, other strides are free
     (views into a fused product's output). ``forward`` must not change its
     inputs, except where its kind hands one over to be written (rms_norm's
-    ``added``, rotary's ``q`` and ``k``), and returns tensors of its own:
+    ``residual``, rotary's ``q`` and ``k``), and returns tensors of its own:
     sharing memory with no weight, and with no input but one its kind
-    hands over or names as a result (rms_norm's ``s`` is x when nothing is
-    added). The kind's oracle in ``mixboard.testing``
+    hands over or names as a result (rms_norm's ``s`` is x when there is
+    no residual yet). The kind's oracle in ``mixboard.testing``
     defines its numbers; ``mixboard check BACKEND`` checks every rule.
     """
 

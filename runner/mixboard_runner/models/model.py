@@ -107,7 +107,7 @@ def checkpoint_names(model: nn.Module) -> dict[str, str]:
     def walk(module: nn.Module, path: str, ckpt: str) -> None:
         for name, param in module.named_parameters(recurse=False):
             names[path + name] = ckpt + name
-        renames = module.__dict__.get("renames", {})
+        renames = module.__dict__.get("renames", {})  # a plain attribute, if the module has one
         for name, child in module.named_children():
             walk(child, f"{path}{name}.", f"{ckpt}{renames.get(name, name)}.")
 
