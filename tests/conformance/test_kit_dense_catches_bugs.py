@@ -62,14 +62,32 @@ def test_a_norm_off_by_under_one_percent_is_caught():
     caught(backend(RMSNormTorch, MeanOverOneMore, "rms_norm_bug_mean"), "|backend - oracle|")
 
 
+class RoundsTheResidual(RMSNormTorchImpl):
+    def forward(self, x, residual):
+        if residual is None or not self.spec.residual_fp32:
+            return super().forward(x, residual)
+        s = (x + residual.to(x.dtype)).float()  # BUG: the float32 residual rounded to the layer's dtype
+        return self._norm(s), s
+
+
+def test_a_float32_residual_rounded_to_bfloat16_is_caught():
+    """bf16 x, float32 residual (Mamba's residual_in_fp32): s is held to float32's tolerance, whose
+    rounding to bfloat16 (about 1e-2) is well within bfloat16's."""
+    failed = caught(backend(RMSNormTorch, RoundsTheResidual, "rms_norm_bug_rounds_residual"),
+                    "result 's' row", dtypes=("bfloat16",))
+    assert set(failed) == {"shape-residual_fp32[bfloat16]"}, failed
+    assert "forward(x, residual)" in failed["shape-residual_fp32[bfloat16]"]
+    assert not failures(backend(RMSNormTorch, RoundsTheResidual, "rms_norm_bug_rounds_residual"))  # float32
+
+
 # --------------------------------------------------------------------------- inputs written
 
 
 class AddsIntoX(RMSNormTorchImpl):
-    def forward(self, x, added):
-        if added is None:
-            return super().forward(x, added)
-        s = x.add_(added)  # BUG: the sum written into x, the caller's residual, not into added
+    def forward(self, x, residual):
+        if residual is None:
+            return super().forward(x, residual)
+        s = x.add_(residual)  # BUG: the sum written into x, the branch's output, not into the residual handed over
         return self._norm(s), s
 
 
@@ -158,8 +176,8 @@ def test_changing_the_weights_in_load_is_caught():
 
 
 class Float32Out(RMSNormTorchImpl):
-    def forward(self, x, added):
-        y, s = super().forward(x, added)
+    def forward(self, x, residual):
+        y, s = super().forward(x, residual)
         return y.float(), s  # BUG: the norm left in float32
 
 
@@ -169,8 +187,8 @@ def test_a_result_of_the_wrong_dtype_is_caught():
 
 
 class OnlyY(RMSNormTorchImpl):
-    def forward(self, x, added):
-        return super().forward(x, added)[0]  # BUG: the residual sum not returned
+    def forward(self, x, residual):
+        return super().forward(x, residual)[0]  # BUG: the residual sum not returned
 
 
 def test_a_result_of_the_wrong_form_is_caught():

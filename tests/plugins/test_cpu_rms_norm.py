@@ -1,6 +1,6 @@
 """``rms_norm_cpu`` against the kind's oracle: rows, rows a wider tensor
-apart, heads of a fused product read where they lie, the residual add
-written into ``added`` as the kind allows, and torch's code for what the
+apart, heads of a fused product read where they lie, the branch's output
+added into ``residual`` as the kind allows, and torch's code for what the
 kernel does not read."""
 
 from __future__ import annotations
@@ -45,26 +45,26 @@ def test_rows_of_a_wider_tensor_and_heads_of_a_fused_product_read_where_they_lie
 
 
 @pytest.mark.parametrize("rows, hidden", [(1, 512), (16, 40), (37, 97)])
-def test_the_add_is_written_into_added_and_the_sum_normalized(rows, hidden):
+def test_the_add_is_written_into_the_residual_and_the_sum_normalized(rows, hidden):
     impl, ref = norm(hidden, seed=rows)
-    x, branch = torch.randn(rows, hidden), torch.randn(rows, hidden)
-    want, want_sum = ref.forward(x, branch)
-    x_before, added = x.clone(), branch.clone()
-    y, s = impl.forward(x, added)
-    assert s is added and torch.equal(x, x_before)  # the sum where the kind allows it, x untouched
+    x, stream = torch.randn(rows, hidden), torch.randn(rows, hidden)  # a branch's output, the residual stream
+    want, want_sum = ref.forward(x, stream)
+    x_before, residual = x.clone(), stream.clone()
+    y, s = impl.forward(x, residual)
+    assert s is residual and torch.equal(x, x_before)  # the sum where the kind allows it, x untouched
     torch.testing.assert_close(s, want_sum, atol=0, rtol=0)
     torch.testing.assert_close(y, want, atol=2e-6, rtol=2e-6)
 
 
-def test_strided_rows_added_and_what_the_kernel_does_not_read():
+def test_strided_rows_and_what_the_kernel_does_not_read():
     impl, ref = norm(24)
     wide = torch.randn(6, 3 * 24)
     cases = [(wide[:, 24:48], torch.randn(6, 24)),                   # x's rows a wider tensor apart
-             (torch.randn(6, 24), torch.randn(6, 3 * 24)[:, :24]),   # added's
+             (torch.randn(6, 24), torch.randn(6, 3 * 24)[:, :24]),   # the residual's
              (torch.randn(6, 2, 24), torch.randn(6, 2, 24)),          # heads with an add: torch's code
              (torch.randn(6, 24), torch.randn(6, 24).double())]       # another dtype: torch's code
-    for x, added in cases:
-        want, want_sum = ref.forward(x, added)
-        y, s = impl.forward(x, added.clone())
+    for x, residual in cases:
+        want, want_sum = ref.forward(x, residual)
+        y, s = impl.forward(x, residual.clone())
         torch.testing.assert_close(s, want_sum.to(s.dtype), atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(y, want, atol=2e-6, rtol=2e-6)

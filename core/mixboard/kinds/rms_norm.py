@@ -2,7 +2,8 @@
 
 A pre-norm block adds each branch's output to the residual stream and
 normalizes the sum for the next branch; one op does both, in one pass
-where a backend can (vLLM fuses them the same way).
+where a backend can (vLLM's and nano-vllm's ``RMSNorm.forward(x,
+residual)`` the same way).
 """
 
 from __future__ import annotations
@@ -40,19 +41,21 @@ class RMSNormWeights(Record):
 
 
 class RMSNormImpl(OpImpl):
-    """The impl interface of kind ``rms_norm``: ``load(RMSNormWeights)``, then ``forward(x, added)``.
+    """The impl interface of kind ``rms_norm``: ``load(RMSNormWeights)``, then ``forward(x, residual)``.
 
     weights: weight [hidden_size].
-    x: [..., hidden_size] (a step's rows [T, H], or heads [T, heads, H]).
-    added: None, or a tensor of x's shape to add to x first (a branch's
-    output); the caller hands it over: the impl may write the sum into it.
+    x: [..., hidden_size] in the layer's dtype (a branch's output, or
+    heads [T, heads, H]).
+    residual: None (the first block), or the residual stream, of x's
+    shape: in the layer's dtype, or float32 with residual_fp32 after the
+    first block. The caller hands it over: the impl may write the sum into it.
 
     Returns (y, s):
-        s = x + added       (x.float() + added with residual_fp32; x itself when added is None)
+        s = x + residual    (x.float() + residual with residual_fp32; x itself when residual is None)
         y = weight * (sf * rsqrt(mean(sf ** 2, -1) + eps)).to(dtype),  sf = s.float()
     y in the layer's dtype, s in its own (the residual stream, for the next
-    add). s may be ``added`` itself, written, or x itself when added is
-    None; x is never written.
+    add). s may be ``residual`` itself, written, or x itself when residual
+    is None; x is never written.
     The oracle, ``mixboard.testing.RMSNormOracle``, is the definition.
     """
 
@@ -61,8 +64,8 @@ class RMSNormImpl(OpImpl):
         """Keep the weight."""
 
     @abstractmethod
-    def forward(self, x: "Tensor", added: "Tensor | None") -> "tuple[Tensor, Tensor]":
-        """(norm(x + added), x + added); see the class docstring."""
+    def forward(self, x: "Tensor", residual: "Tensor | None") -> "tuple[Tensor, Tensor]":
+        """(norm(x + residual), x + residual); see the class docstring."""
 
 
 RMS_NORM = Kind(

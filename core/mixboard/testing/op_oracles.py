@@ -46,13 +46,13 @@ class LinearOracle(_Loaded, LinearImpl):
 class RMSNormOracle(_Loaded, RMSNormImpl):
     spec_type = RMSNormSpec
 
-    def forward(self, x: torch.Tensor, added: torch.Tensor | None):
-        if added is None:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None):
+        if residual is None:
             s = x.clone()
-        elif self.spec.residual_fp32:
-            s = x.float() + added.float()
+        elif self.spec.residual_fp32:  # float32 whatever the residual's dtype: one rounding of the exact sum
+            s = x.float() + residual.float()
         else:
-            s = (x.double() + added.double()).to(x.dtype)
+            s = (x.double() + residual.double()).to(x.dtype)
         sf = s.double()
         normed = sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + self.spec.eps)
         return (self.weights.weight.double() * normed).to(self.dtype), s

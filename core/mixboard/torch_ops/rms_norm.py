@@ -17,13 +17,13 @@ class RMSNormTorchImpl(RMSNormImpl):
     def load(self, weights) -> None:
         self.weight = weights.weight
 
-    def forward(self, x, added):
-        if added is None:
+    def forward(self, x, residual):
+        if residual is None:
             s = x
         elif self.spec.residual_fp32:
-            s = x.float() + added
+            s = x.float() + residual
         else:
-            s = x + added
+            s = x + residual
         return self._norm(s), s
 
     def _norm(self, s):

@@ -68,7 +68,7 @@ def rms_norm_weights(spec, gen: torch.Generator) -> RMSNormWeights:
 
 
 def _residual(spec) -> str | None:
-    """The residual stream's dtype: float32 where the spec keeps it so, else the layer's."""
+    """The residual stream's dtype after the first block: float32 where the spec keeps it so, else the layer's."""
     return "float32" if spec.residual_fp32 else None
 
 
@@ -78,22 +78,23 @@ RMS_NORM = OpAdapter(
     kind="rms_norm",
     base=dict(hidden_size=64),
     calls=(
-        # x is the residual stream, added a branch's output: the add, then the norm
-        OpCall("forward(x, added)",
-               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size, dtype=_residual(s)),
-                                      "added": _rows(s, g, t, s.hidden_size, scale=0.5)},
-               outputs=("y", "s"), handed=("added",), may_share={"s": ("added",)}),
-        # the first block: the residual still in the layer's dtype
-        OpCall("forward(x in the layer's dtype, added)",
-               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size), "added": _rows(s, g, t, s.hidden_size)},
-               outputs=("y", "s"), handed=("added",), may_share={"s": ("added",)},
+        # as a block calls it: x a branch's output in the layer's dtype, added to the residual stream,
+        # then the norm (in a half-precision layer with residual_fp32, x bfloat16 and the residual float32)
+        OpCall("forward(x, residual)",
+               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size, scale=0.5),
+                                      "residual": _rows(s, g, t, s.hidden_size, dtype=_residual(s))},
+               outputs=("y", "s"), handed=("residual",), may_share={"s": ("residual",)}),
+        # the second block with residual_fp32: the residual still in the layer's dtype (the first block's x)
+        OpCall("forward(x, residual in the layer's dtype)",
+               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size), "residual": _rows(s, g, t, s.hidden_size)},
+               outputs=("y", "s"), handed=("residual",), may_share={"s": ("residual",)},
                applies=lambda s: s.residual_fp32 and s.dtype != "float32"),
-        # no add: s is x's values, x itself allowed (never written)
-        OpCall("forward(x, added=None)",
-               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size), "added": None},
+        # the first block: no residual yet, s is x's values, x itself allowed (never written)
+        OpCall("forward(x, residual=None)",
+               lambda s, t, g, step: {"x": _rows(s, g, t, s.hidden_size), "residual": None},
                outputs=("y", "s"), may_share={"s": ("x",)}),
-        OpCall(f"forward(x [T, {HEADS}, hidden_size], added=None)",
-               lambda s, t, g, step: {"x": _rows(s, g, t, HEADS, s.hidden_size), "added": None},
+        OpCall(f"forward(x [T, {HEADS}, hidden_size], residual=None)",
+               lambda s, t, g, step: {"x": _rows(s, g, t, HEADS, s.hidden_size), "residual": None},
                outputs=("y", "s"), may_share={"s": ("x",)}),
     ),
     oracle=RMSNormOracle,

@@ -8,10 +8,12 @@ After every call the kit checks, in this order, that:
 * no argument changed but those the kind hands over, and nothing around a
   strided argument in the buffer it is a view of;
 * no result shares memory with a weight, or with an argument it may not
-  share (rms_norm's ``s`` may be ``added``; rotary's q and k their inputs);
+  share (rms_norm's ``s`` may be ``residual``; rotary's q and k their inputs);
 * the weights record handed to ``load`` is as it was;
 * each result has the oracle's shape, dtype and device and its values within
-  the tolerance (indices exactly);
+  the tolerance (indices exactly): the tolerance of the result's own dtype,
+  so that rms_norm's float32 residual in a bfloat16 layer is held to
+  float32's, not bfloat16's;
 
 and after every step that no earlier result changed (each is the caller's
 to keep: a workspace returned twice fails here).
@@ -33,6 +35,7 @@ from .op_inputs import Kept, place_op, shared_with
 from .ops import OpCall
 from .readonly import same_tensor
 from .runner import Target, _backend, _Failure, _Worst
+from .tolerances import tolerance_for
 
 
 @dataclass
@@ -62,12 +65,21 @@ def execute_op(target: Target, case: OpCase, env, device: str, tol: float, worst
                 got = _call(layer, call, given, where)
                 ref = _as_tuple(getattr(layer.oracle, call.method)(*host.values()), call)
                 for name, out, expected in zip(call.outputs, got, ref):
-                    _compare(out, expected, device, call, name, where, tol, worst)
+                    _compare(out, expected, device, call, name, where, _bound(target, case, expected, tol), worst)
                     results.append((f"{where}: result {name!r}", out, out.detach().clone()))
         for where, out, copy in results:
             if not same_tensor(out.detach(), copy):
                 raise _Failure(f"{where} changed by {step}: it shares memory the backend wrote later (a "
                                f"workspace?); return a tensor of its own")
+
+
+def _bound(target: Target, case: OpCase, expected: torch.Tensor, tol: float) -> float:
+    """The tolerance of the result's own dtype: ``tol`` (the case's) when it is the layer's, else the
+    backend's bound for that dtype (a suite's tolerance override covers the layer's dtype only)."""
+    dtype = str(expected.dtype).removeprefix("torch.")
+    if dtype == case.dtype or not expected.is_floating_point():
+        return tol
+    return tolerance_for(target.cls, dtype)
 
 
 def _layer(target: Target, spec, env, device: str, gen: torch.Generator, i: int) -> _OpLayer:

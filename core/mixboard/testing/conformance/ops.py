@@ -27,7 +27,7 @@ def _always(spec: Any) -> bool:
 class OpCall:
     """One way the impl is called.
 
-    name: how messages name it (``forward(x, added=None)``). method: the
+    name: how messages name it (``forward(x, residual=None)``). method: the
     impl's method. draw: ``(spec, rows, gen, step) -> {argument: tensor or
     None}`` in the method's argument order, each tensor on the host in the
     dtype the caller passes (the layer's, unless the kind says otherwise);
@@ -36,7 +36,7 @@ class OpCall:
 
     handed: arguments the kind hands over: the impl may write them.
     may_share: output -> arguments whose memory it may share (rms_norm's
-    ``s`` may be ``added`` itself); any other sharing with an argument, and
+    ``s`` may be ``residual`` itself); any other sharing with an argument, and
     any with a weight, fails. shared: arguments drawn once a step and passed,
     the same object, to every layer (rotary's ``positions``). fused:
     arguments that the strided layout makes views of one buffer (rotary's q

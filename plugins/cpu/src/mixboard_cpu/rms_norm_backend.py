@@ -12,7 +12,7 @@ class RMSNormCpu(CompiledKernel):
     dtypes = ("float32",)
     api_version = 1
     compiled = ROWS
-    description = ("one C pass per row: the sum written into the branch's output as the kind allows, then "
+    description = ("one C pass per row: the branch's output added into the residual as the kind allows, then "
                    "the norm; heads of a fused product [T, heads, D] normalized where they lie; CPU, float32")
 
     @classmethod

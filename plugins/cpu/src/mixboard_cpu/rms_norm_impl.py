@@ -16,20 +16,20 @@ class RMSNormCpuImpl(RMSNormTorchImpl):
         self.weight = weights.weight.detach().float().contiguous()
         self._weight = self.weight.data_ptr()
 
-    def forward(self, x, added):
+    def forward(self, x, residual):
         dim = self.spec.hidden_size
         if x.dtype != torch.float32 or x.shape[-1] != dim or x.stride(-1) != 1:
-            return super().forward(x, added)
-        if added is None:
+            return super().forward(x, residual)
+        if residual is None:
             return self._norm(x), x
-        if (x.dim() != 2 or added.dtype != torch.float32 or added.shape != x.shape or added.stride(-1) != 1
-                or added.data_ptr() == x.data_ptr()):
-            return super().forward(x, added)
-        # added += x where it lies (the kind hands added over), then the norm of the sum: one pass
+        if (x.dim() != 2 or residual.dtype != torch.float32 or residual.shape != x.shape
+                or residual.stride(-1) != 1 or residual.data_ptr() == x.data_ptr()):
+            return super().forward(x, residual)
+        # residual += x where it lies (the kind hands the residual over), then the norm of the sum: one pass
         y = torch.empty(x.shape[0], dim)
-        _rows.add_rms_norm(added.data_ptr(), x.shape[0], dim, added.stride(0), x.data_ptr(), x.stride(0),
+        _rows.add_rms_norm(residual.data_ptr(), x.shape[0], dim, residual.stride(0), x.data_ptr(), x.stride(0),
                            self._weight, y.data_ptr(), dim, self.spec.eps)
-        return y, added
+        return y, residual
 
     def _norm(self, s):
         if s.dtype != torch.float32 or s.stride(-1) != 1 or s.shape[-1] != self.spec.hidden_size:
