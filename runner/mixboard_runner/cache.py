@@ -18,7 +18,7 @@ import torch
 from mixboard.dtypes import torch_dtype
 from mixboard.errors import UsageError
 from mixboard.state import PAGED
-from .huge_pages import huge_pages
+from mixboard.ops.huge_pages import huge_pages
 
 DEFAULT_BLOCK_SIZE = 16
 

@@ -18,7 +18,7 @@
  * separate silu and multiply over it.
  *
  * Threads: OpenMP, linked by soname against the libgomp torch has already
- * loaded (kernels.py imports torch first), so the products share torch's
+ * loaded (panels.py imports torch first), so the products share torch's
  * thread pool instead of fighting a second one for the cores.
  * Instruction sets: the tile loop is compiled for AVX-512, AVX2 and plain C
  * (explicit targets rather than the header's CLONES, so that use_isa can run
@@ -29,9 +29,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "mixboard_vec.h"
 
@@ -299,23 +296,6 @@ static PyObject *py_gated_linear(PyObject *self, PyObject *const *args, Py_ssize
     return products(args, nargs, 1);
 }
 
-/* huge_pages(address, size) -> bool: ask the kernel to back [address, address + size) with 2 MB pages
- * (madvise MADV_HUGEPAGE, where transparent huge pages are "madvise"), for the whole 2 MB pages inside
- * the range; False where that is not available. Call it before the memory is first written: pages
- * already touched stay small. Panels streamed every step then cross a page (and its TLB miss, and the
- * hardware prefetcher's stop) every 2 MB instead of every 4 KB. */
-static PyObject *py_huge_pages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    long long v[2];
-    if (read_ints(args, nargs, 2, "huge_pages(address, size)", v) < 0) return NULL;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    const uintptr_t huge = (uintptr_t)2 << 20, first = ((uintptr_t)v[0] + huge - 1) & ~(huge - 1);
-    const uintptr_t end = ((uintptr_t)v[0] + (uintptr_t)v[1]) & ~(huge - 1);
-    if (v[1] > 0 && end > first && madvise((void *)first, end - first, MADV_HUGEPAGE) == 0) Py_RETURN_TRUE;
-#endif
-    Py_RETURN_FALSE;
-}
-
 /* use_isa(name): run the products with that instruction set (tests compare every one); "" picks the best. */
 static PyObject *py_use_isa(PyObject *self, PyObject *arg) {
     (void)self;
@@ -353,8 +333,6 @@ static PyMethodDef methods[] = {
     {"gated_linear", (PyCFunction)(void (*)(void))py_gated_linear, METH_FASTCALL,
      "gated_linear(x, M, K, ldx, w, N, bias, y, ldy): y = silu(x @ G.T + bias[:N]) * (x @ U.T + bias[N:]), "
      "G's and U's panels interleaved (addresses as ints)."},
-    {"huge_pages", (PyCFunction)(void (*)(void))py_huge_pages, METH_FASTCALL,
-     "huge_pages(address, size) -> bool: back the range with 2 MB pages where the OS can (before first write)."},
     {"use_isa", py_use_isa, METH_O, "use_isa(name) -> name: the instruction set to run ('' for the best here)."},
     {"supported", py_supported, METH_NOARGS, "supported() -> the instruction sets this CPU runs, best first."},
     {"isa", py_isa, METH_NOARGS, "isa() -> the instruction set in use."},

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import torch
 
+from mixboard.ops.huge_pages import huge_pages
+
 from . import _panels  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
 
 PANEL = _panels.PANEL
-HUGE_PAGES_FROM = 4 << 20  # bytes: smaller tensors hold at most one whole 2 MB page
 
 
 def isa() -> str:
@@ -25,65 +26,38 @@ def isa() -> str:
     return _panels.isa()
 
 
-def huge_pages(t: torch.Tensor) -> torch.Tensor:
-    """``t``, its memory backed by 2 MB pages where the OS allows it (Linux
-    transparent huge pages), so a streamed weight crosses a page every 2 MB
-    instead of every 4 KB; call before ``t`` is first written."""
-    size = t.numel() * t.element_size()
-    if t.device.type == "cpu" and size >= HUGE_PAGES_FROM:
-        _panels.huge_pages(t.data_ptr(), size)
-    return t
-
-
-class PanelLayout:
-    """How a 2-D tensor is written into panels 16 rows at a time (a loader
-    can read a checkpoint's tensor straight into them, chunk by chunk)."""
-
-    rows_multiple = PANEL
-
-    @staticmethod
-    def stored_shape(rows: int, cols: int) -> tuple[int, int, int]:
-        return (-(-rows // PANEL), cols, PANEL)
-
-    @staticmethod
-    def empty(rows: int, cols: int, dtype: torch.dtype = torch.float32, pairs: int = 1) -> torch.Tensor:
-        """Panels for ``rows`` rows; ``pairs=2``: [panels, 2, cols, 16], two weights' panels interleaved."""
-        panels, _, _ = PanelLayout.stored_shape(rows, cols)
-        stored = huge_pages(torch.empty(panels, pairs, cols, PANEL, dtype=dtype))  # before it is written
-        if rows % PANEL:
-            stored[-1].zero_()  # the padding of the last panel must be zero
-        return stored if pairs > 1 else stored[:, 0]
-
-    @staticmethod
-    def write(stored: torch.Tensor, first: int, chunk: torch.Tensor) -> None:
-        """Rows ``first`` to ``first + len(chunk)`` of the matrix (``first`` a multiple of 16)."""
-        n, cols = chunk.shape
-        whole = n // PANEL * PANEL
-        p = first // PANEL
-        if whole:
-            stored[p:p + whole // PANEL].copy_(chunk[:whole].reshape(-1, PANEL, cols).transpose(1, 2))
-        if n > whole:  # the matrix's last rows: a panel of their own, zero-padded
-            stored[p + whole // PANEL, :, :n - whole].copy_(chunk[whole:].t())
-
-
 def to_panels(weight: torch.Tensor) -> torch.Tensor:
     """[out, in] -> float32 panels [ceil(out / 16), in, 16], a new tensor."""
-    stored = PanelLayout.empty(*weight.shape)
-    PanelLayout.write(stored, 0, weight)
+    stored = _empty(*weight.shape, pairs=1)[:, 0]
+    _write(stored, weight)
     return stored
 
 
 def gated_panels(weight: torch.Tensor, out_features: int) -> torch.Tensor:
     """[2 x out, in] (gate's rows, then up's) -> [2 x ceil(out / 16), in, 16]: gate's panel p, then up's."""
-    both = PanelLayout.empty(out_features, weight.shape[1], pairs=2)
-    PanelLayout.write(both[:, 0], 0, weight[:out_features])
-    PanelLayout.write(both[:, 1], 0, weight[out_features:])
+    both = _empty(out_features, weight.shape[1], pairs=2)
+    _write(both[:, 0], weight[:out_features])
+    _write(both[:, 1], weight[out_features:])
     return both.flatten(0, 1)
 
 
-def from_panels(panels: torch.Tensor, out_features: int) -> torch.Tensor:
-    """The [out, in] matrix back (for tests)."""
-    return panels.transpose(1, 2).reshape(-1, panels.shape[1])[:out_features]
+def _empty(rows: int, cols: int, pairs: int) -> torch.Tensor:
+    """[panels, pairs, cols, 16] float32 for ``rows`` rows, the padding of the last panel zero."""
+    # huge pages before the first write: pages already touched stay small
+    stored = huge_pages(torch.empty(-(-rows // PANEL), pairs, cols, PANEL))
+    if rows % PANEL:
+        stored[-1].zero_()
+    return stored
+
+
+def _write(stored: torch.Tensor, matrix: torch.Tensor) -> None:
+    """The [rows, cols] matrix into its panels [ceil(rows / 16), cols, 16]."""
+    n, cols = matrix.shape
+    whole = n // PANEL * PANEL
+    if whole:
+        stored[:whole // PANEL].copy_(matrix[:whole].reshape(-1, PANEL, cols).transpose(1, 2))
+    if n > whole:  # the matrix's last rows: a panel of their own, zero-padded
+        stored[-1, :, :n - whole].copy_(matrix[whole:].t())
 
 
 def product(kernel, x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: int = 0) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Large host tensors on 2 MB pages (Linux transparent huge pages), in pure Python.
 
-Pools and weights streamed every step then cross a page, and its TLB miss,
-every 2 MB instead of every 4 KB. Ask before the memory is first written:
-pages already touched stay small."""
+Pools and weights streamed every step (the runner's cache pools,
+mixboard-cpu's panels) then cross a page, and its TLB miss, every 2 MB
+instead of every 4 KB. Ask before the memory is first written: pages
+already touched stay small."""
 
 from __future__ import annotations
 
