@@ -57,7 +57,8 @@ def add_commands(commands) -> None:
                    help="only this case (id or name; repeat); a long case named runs without --thorough")
     p.add_argument("--thorough", action="store_true",
                    help="the long cases too (minutes a backend; see above); MIXBOARD_THOROUGH=1 does the same")
-    p.add_argument("--block-size", type=int, default=4, metavar="N", help="tokens per block of paged state (default 4; mixer kinds)")
+    p.add_argument("--block-size", type=int, metavar="N",
+                   help="tokens per block of paged state (default 4; mixer kinds only: a dense kind keeps no state)")
     p.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failing case")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per case (stable contract)")
     p.add_argument("--allow-skip", action="store_true",
@@ -74,13 +75,19 @@ def _raw():
 
 def cmd_check(args) -> int:
     from mixboard.errors import UsageError
-    from mixboard.testing.conformance import run_suite
+    from mixboard.testing.conformance import OpAdapter, run_suite
+    from mixboard.testing.conformance.runner import resolve
 
-    if args.block_size < 1:
-        raise UsageError(f"--block-size must be at least 1, not {args.block_size}")
+    if args.block_size is not None:
+        if args.block_size < 1:
+            raise UsageError(f"--block-size must be at least 1, not {args.block_size}")
+        target = resolve(args.backend)
+        if isinstance(target.adapter, OpAdapter):  # said rather than ignored: its cases would not change
+            raise UsageError(f"--block-size applies to kinds with paged state; {target.cls.name!r} serves the dense "
+                             f"kind {target.cls.kind!r}, which keeps none")
     if args.case and not all(name.strip() for name in args.case):
         raise UsageError("--case needs a case's name or id, e.g. --case chunked_prefill or --case 'prefill_300[float32]'")
-    report = run_suite(args.backend, args.device, args.dtype, block_size=args.block_size, select=args.case,
+    report = run_suite(args.backend, args.device, args.dtype, block_size=args.block_size or 4, select=args.case,
                        fail_fast=args.exitfirst, thorough=True if args.thorough else None)
     if args.case and not report.results:
         raise UsageError(f"--case {', '.join(args.case)} names no case of {args.backend!r} in the dtypes asked "

@@ -111,6 +111,8 @@ def test_a_gpu_backend_here_is_skipped_with_its_reasons_and_exits_5_unless_allow
     (["sdpa", "--case", "nope"], "--case nope names no case of 'sdpa'"),
     (["sdpa", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
     (["sdpa", "--block-size", "0"], "--block-size must be at least 1"),
+    (["rms_norm_torch", "--block-size", "16"], "--block-size applies to kinds with paged state; 'rms_norm_torch' "
+                                               "serves the dense kind 'rms_norm', which keeps none"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     from mixboard_runner.cli import main
