@@ -98,6 +98,6 @@ class CacheManager:
 
 
 def _zeros(shape, dtype, device) -> torch.Tensor:
-    """A zero pool, on 2 MB pages where the OS allows (huge_pages.py: before its first write)."""
+    """A zero pool, on 2 MB pages where the OS allows (mixboard.ops.huge_pages: before its first write)."""
     return huge_pages(torch.empty(shape, dtype=dtype, device=device)).zero_()
 

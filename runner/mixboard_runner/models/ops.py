@@ -123,9 +123,10 @@ class RMSNorm(Op):
     def weights(self):
         return RMSNormWeights(self.weight.detach())
 
-    def forward(self, x: torch.Tensor, added: torch.Tensor | None = None):
-        """(norm(x + added), x + added); ``added`` is handed over (the impl may write the sum into it)."""
-        return self.impl.forward(x, added)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """(norm(x + residual), x + residual): x a branch's output, ``residual`` the stream, handed
+        over (the impl may write the sum into it)."""
+        return self.impl.forward(x, residual)
 
 
 class Rotary(Op):
