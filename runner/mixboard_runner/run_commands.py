@@ -47,9 +47,13 @@ def add_commands(commands) -> None:
 
     p = commands.add_parser(
         "explain", help="per-layer backend choice and every rejected candidate's reasons, without loading weights",
-        description="Plan a model without loading its weights: the backend chosen for every layer, why every "
-                    "other candidate was rejected, and the groups of layers that share a backend and state layout.",
-        epilog="examples:\n  mixboard explain ./my-hybrid --arch sm_90 --json\n  mixboard explain ./my-hybrid --arch gfx942\n\n"
+        description="Plan a model without loading its weights: the backend chosen for every layer (its mixers "
+                    "and its dense ops: products, norms, rotary, embedding, argmax), why every other candidate was "
+                    "rejected, once for all the layers that share the choice and its reasons, and the groups of layers "
+                    "that share a backend and state layout.",
+        epilog="examples:\n  mixboard explain ./my-hybrid --arch sm_90 --json\n  mixboard explain ./my-hybrid --arch gfx942\n"
+               "  mixboard explain ./my-hybrid --backend linear=linear_torch       every product on portable PyTorch\n"
+               "  mixboard explain ./my-hybrid --backend 'model.layers.3.*=sdpa'  block 3's attention alone\n\n"
                + environment_flags.EPILOG, formatter_class=_raw())
     p.add_argument("model", nargs="?", default="demo", metavar="MODEL", help=MODEL_HELP)
     _add_common(p)

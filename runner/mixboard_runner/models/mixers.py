@@ -40,8 +40,9 @@ class AttentionLayer(MixerLayer):
                  bias: bool = False, out_name: str = "o_proj", qk_norm_eps: float | None = None):
         super().__init__(layer_name, spec)
         h, kv, d, dtype = spec.num_heads, spec.num_kv_heads, spec.head_size, spec.dtype
-        self.q_proj, self.k_proj, self.v_proj = Params(hidden, h * d, bias), Params(hidden, kv * d, bias), \
-            Params(hidden, kv * d, bias)
+        self.q_proj = Params(hidden, h * d, bias)
+        self.k_proj = Params(hidden, kv * d, bias)
+        self.v_proj = Params(hidden, kv * d, bias)
         self.qkv_proj = FusedLinear(f"{layer_name}.qkv_proj", (self.q_proj, self.k_proj, self.v_proj), dtype)
         self.o_proj = Linear(f"{layer_name}.{out_name}", h * d, hidden, dtype, bias)
         self.renames = {"o_proj": out_name}
