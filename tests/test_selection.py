@@ -296,3 +296,16 @@ def test_plan_block_multiple_is_the_lcm_of_paged_groups():
     assert registry(Paged256, SSM).plan(layers, CPU).block_multiple == 256
     with pytest.raises(ValueError, match="paged state only"):
         StateSpec("slots", (), block_multiple=2)
+
+
+def test_the_mixer_fingerprint_is_the_plan_of_the_mixers_alone():
+    # an engine that runs its own dense ops (vLLM) plans the mixers alone: its fingerprint is this one
+    from mixboard import LinearSpec
+    from mixboard.torch_ops.backends import PORTABLE_BACKENDS
+
+    r = Registry.from_backends([entry.cls for entry in registry().backends.values()] + list(PORTABLE_BACKENDS))
+    mixers = [("l.0.attn", "attention", AttentionSpec()), ("l.1.ssm", "mamba2", Mamba2Spec())]
+    whole = r.plan([("l.0.proj", "linear", LinearSpec()), *mixers], CPU)
+    alone = r.plan(mixers, CPU)
+    assert whole.mixer_fingerprint == alone.fingerprint == alone.mixer_fingerprint
+    assert whole.fingerprint != alone.fingerprint

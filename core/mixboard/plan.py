@@ -112,9 +112,17 @@ class Plan:
         the distribution and version each backend came from."""
         return fingerprint_of(self.fingerprint_rows())
 
+    @cached_property
+    def mixer_fingerprint(self) -> str:
+        """The fingerprint of the layers that keep state (the mixers) alone: what an engine that
+        runs its own dense ops plans, and logs (vLLM), for the same layers."""
+        rows = self.fingerprint_rows()
+        return fingerprint_of([row for row, layer in zip(rows, self.layers) if layer.selection.state_spec.tensors])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "fingerprint": self.fingerprint,
+            "mixer_fingerprint": self.mixer_fingerprint,
             "environment": self.environment.to_dict(),
             "layers": [layer.to_dict() for layer in self.layers],
             "groups": [group.to_dict() for group in self.groups],
