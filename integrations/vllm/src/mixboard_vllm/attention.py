@@ -127,7 +127,9 @@ class MixboardAttentionImpl(AttentionImpl):
         if bound is None:
             bound = self._bound = process_plan().layer(layer.layer_name)
         T = attn_metadata.common.num_tokens
-        out = bound.impl.forward(query[:T], key[:T], value[:T], self._pools(kv_cache, bound),
-                                 attn_metadata.metas[bound.group])
-        output[:T].copy_(out.reshape(output[:T].shape))
+        rows = output
+        if query.shape[0] != T:  # rows past T are vLLM's padding (each slice is a view to make: only when needed)
+            query, key, value, rows = query[:T], key[:T], value[:T], output[:T]
+        out = bound.impl.forward(query, key, value, self._pools(kv_cache, bound), attn_metadata.metas[bound.group])
+        rows.copy_(out if out.shape == rows.shape else out.reshape(rows.shape))
         return output

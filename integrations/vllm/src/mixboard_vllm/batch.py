@@ -25,14 +25,12 @@ TRACE = os.environ.get("MIXBOARD_VLLM_TRACE")
 
 def _block_range(table_cpu: torch.Tensor, seq: list[int], block_size: int) -> tuple[int, int]:
     """Smallest and largest block id the sequences own: each row's first ceil(seq / block_size)."""
-    lo, hi = None, None
-    for row, s in zip(table_cpu.tolist(), seq):
-        used = row[: -(-s // block_size)]
-        if used:
-            a, b = min(used), max(used)
-            lo = a if lo is None or a < lo else lo
-            hi = b if hi is None or b > hi else hi
-    return (lo, hi) if lo is not None else (0, -1)
+    owned = [-(-s // block_size) for s in seq]
+    width = max(owned, default=0)
+    if width < table_cpu.shape[1]:  # only the columns some sequence owns are read back
+        table_cpu = table_cpu[:, :width]
+    used = [block for row, k in zip(table_cpu.tolist(), owned) for block in row[:k]]
+    return (min(used), max(used)) if used else (0, -1)
 
 
 def to_common(cm, block_size: int, *, paged: bool, slots: torch.Tensor | None = None) -> CommonBatchMetadata:

@@ -94,18 +94,22 @@ class StepBatch(NamedTuple):
     slot_mapping: torch.Tensor  # device, [num_tokens]
 
 
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    return t if t.shape[0] == n else t[:n]  # vLLM's tensors are often exactly this long: no view to make
+
+
 def step_batch(cm) -> StepBatch:
     n, T = cm.num_reqs, cm.num_actual_tokens
-    seq = cm.seq_lens[:n]
+    seq = _rows(cm.seq_lens, n)
     if seq.device.type == "cpu":
         seq_cpu = seq
     elif cm.seq_lens_cpu_upper_bound is not None:
         # exact without async speculative decoding, which the builders refuse (decodes_first)
-        seq_cpu = cm.seq_lens_cpu_upper_bound[:n]
+        seq_cpu = _rows(cm.seq_lens_cpu_upper_bound, n)
     else:  # not kept on this path: one synchronisation
         seq_cpu = seq.cpu()
-    return StepBatch(n, T, cm.query_start_loc[: n + 1], cm.query_start_loc_cpu[: n + 1], seq, seq_cpu,
-                     cm.block_table_tensor[:n], cm.slot_mapping[:T])
+    return StepBatch(n, T, _rows(cm.query_start_loc, n + 1), _rows(cm.query_start_loc_cpu, n + 1), seq, seq_cpu,
+                     _rows(cm.block_table_tensor, n), _rows(cm.slot_mapping, T))
 
 
 def state_slots(cm, kv_cache_spec, vllm_config):

@@ -104,8 +104,10 @@ class PoolViews:
         self._view, self._key, self._pools = view, None, None  # view: paged_pools or slot_pools
 
     def __call__(self, kv_cache, bound) -> dict[str, torch.Tensor]:
-        tensors = kv_cache if isinstance(kv_cache, (list, tuple)) else (kv_cache,)
-        key = tuple((t.data_ptr(), tuple(t.shape)) for t in tensors)
+        if isinstance(kv_cache, (list, tuple)):
+            key = tuple((t.data_ptr(), t.shape) for t in kv_cache)
+        else:  # attention: one tensor, every layer, every step
+            key = (kv_cache.data_ptr(), kv_cache.shape)
         if key != self._key:
             self._key, self._pools = key, self._view(kv_cache, bound)
         return self._pools
