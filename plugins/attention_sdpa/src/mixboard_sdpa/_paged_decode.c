@@ -17,8 +17,7 @@
  * heads / kv_heads query heads of a kv head share every key they read.
  * Keys are taken 64 at a time with an online softmax (running maximum m,
  * sum l, accumulator acc rescaled when m grows), the arithmetic of flash
- * attention, in float32; a head's scores sixteen keys at a time, summed
- * across lanes together (lane_sums).
+ * attention, in float32.
  *
  * A prefill's rows come in runs (one sequence, consecutive positions). A
  * run of at least RUN_MIN rows takes a tiled path instead (attend_run): the
@@ -98,51 +97,21 @@ static inline float softmax_chunk(float *s, long padded, float *m, float *l) {
     return rescale;
 }
 
-/* The sums of sixteen vectors' lanes as one vector (lane u: the sum of p[u]'s lanes), for sixteen dot
- * products at once. Each step adds the two halves of every lane group of two vectors into one vector
- * (groups 16 -> 8 -> 4 -> 2 -> 1 lanes wide, vectors 16 -> 8 -> 4 -> 2 -> 1): 30 shuffles where
- * sixteen lane_sums take 64, and no chain of dependent shuffles per sum. p is used as scratch. */
-INLINE vec lane_sums(vec p[LANES]) {
-    for (int u = 0; u < 8; u++)  /* p[u]: p[u]'s 8 partial sums, then p[u + 8]'s */
-        p[u] = SHUFFLE(p[u], p[u + 8], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
-             + SHUFFLE(p[u], p[u + 8], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    for (int u = 0; u < 4; u++)  /* 4 each of u, u + 4, u + 8, u + 12 */
-        p[u] = SHUFFLE(p[u], p[u + 4], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27)
-             + SHUFFLE(p[u], p[u + 4], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-    for (int u = 0; u < 2; u++)  /* 2 each of u, u + 2, ..., u + 14 */
-        p[u] = SHUFFLE(p[u], p[u + 2], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29)
-             + SHUFFLE(p[u], p[u + 2], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-    return SHUFFLE(p[0], p[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30)
-         + SHUFFLE(p[0], p[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-}
-
-/* s[0 .. 16) = scale * q . keys[u] (+ at) for the first n <= 16 keys (lanes past n: key 0's again, which
- * the caller masks): each key's products over D in a vector of its own, the sixteen summed across their
- * lanes together (lane_sums), where a head size of a few vectors spent most of its time summing each key
- * on its own. */
-static inline __attribute__((always_inline)) void dots(const float *q, const float *const *keys, long at, long n,
-                                                       const long D, float scale, float *s) {
-    const long DV = D / LANES;
-    vec p[LANES];
-#pragma GCC unroll 16
-    for (long u = 0; u < LANES; u++) {  /* past the n keys, key 0 again (the caller masks those lanes): no branch */
-        const float *key = keys[u < n ? u : 0] + at;
-        vec part = {0};
-        for (long b = 0; b < DV; b++) part += load(q + b * LANES) * load(key + b * LANES);
-        p[u] = part;
-    }
-    put(s, lane_sums(p));
-    for (long u = 0; u < n && DV * LANES < D; u++)  /* a head size off the vector width: its last floats */
-        for (long d = DV * LANES; d < D; d++) s[u] += q[d] * keys[u][at + d];
-    put(s, load(s) * scale);
+/* q . k over D floats: sixteen lanes of partial sums, then the lanes. */
+static inline float dot(const float *q, const float *k, const long D) {
+    vec part = {0};
+    long d = 0;
+    for (; d + LANES <= D; d += LANES) part += load(q + d) * load(k + d);
+    float sum = lane_sum(part);
+    for (; d < D; d++) sum += q[d] * k[d];
+    return sum;
 }
 
 /* One work item: sequence i, kv heads [h0, h0 + H) and their H * G query
  * heads, for head size D and group G (constants where attend_one
  * instantiates them, so that an accumulator row stays in registers). Keys
- * are scored sixteen rows at a time (a row: every kv head of one position,
- * contiguous), every head of the item against those rows while they are in
- * L1, so an item reads its part of each block front to back. */
+ * are walked a row at a time (a row: every kv head of one position,
+ * contiguous), so an item reads its part of each block front to back. */
 static inline __attribute__((always_inline)) void attend(const problem *p, long i, long h0, long H, const long D,
                                                          const long G) {
     const long len = p->seq_lens[i], bs = p->block_size, row = p->kv_heads * D, QH = H * G, DV = D / LANES;
@@ -150,22 +119,23 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
     const int32_t *table = p->table + (p->rows ? p->rows[i] : i) * p->table_stride;
     const float *q = p->q + i * p->q_stride + h0 * G * D;
     float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HEAD], s[MAX_GROUP][KEYS];
-    const float *keys[KEYS], *values[KEYS];
+    const float *values[KEYS];
     for (long c = 0; c < QH; c++) {
         m[c] = -INFINITY, l[c] = 0.0f;
         for (long d = 0; d < D; d++) acc[c][d] = 0.0f;
     }
     for (long j0 = first; j0 < len; j0 += KEYS) {
         const long count = len - j0 < KEYS ? len - j0 : KEYS;
-        for (long t = 0; t < count;) {  /* where the keys and values lie: one table lookup per block */
+        for (long t = 0; t < count;) {  /* scores, a block run at a time: one table lookup per block */
             const long j = j0 + t, off = j % bs, run = bs - off < count - t ? bs - off : count - t;
             const long block = table[j / bs], at = off * row + h0 * D;
             const float *key = p->k + block * p->k_block + at, *value = p->v + block * p->v_block + at;
-            for (long u = 0; u < run; u++, t++, key += row, value += row) keys[t] = key, values[t] = value;
+            for (long u = 0; u < run; u++, t++, key += row, value += row) {
+                values[t] = value;
+                for (long d = 0; d < H * D; d += LANES) __builtin_prefetch(value + d);  /* read next */
+                for (long c = 0; c < QH; c++) s[c][t] = dot(q + c * D, key + c / G * D, D) * p->scale;
+            }
         }
-        for (long t = 0; t < count; t += LANES)  /* scores: sixteen keys (their rows in L1) for every head at a time */
-            for (long c = 0; c < QH; c++)
-                dots(q + c * D, keys + t, c / G * D, count - t < LANES ? count - t : LANES, D, p->scale, s[c] + t);
         if (p->cap > 0.0f)
             for (long c = 0; c < QH; c++)
                 for (long t = 0; t < count; t++) s[c][t] = p->cap * tanhf(s[c][t] / p->cap);
