@@ -50,7 +50,7 @@ print(sum(p.numel() for p in model.parameters()))
 
 RUN_HF = """
 import json, resource, time, torch, transformers
-torch.set_num_threads(2)
+torch.set_num_threads({threads})
 model = transformers.AutoModelForCausalLM.from_pretrained({path!r}, dtype=torch.float32).eval()
 torch.manual_seed(1)
 ids = torch.randint(0, 32000, ({batch}, {prompt}))
@@ -70,7 +70,7 @@ print(json.dumps({{"prefill_tok_s": {batch} * {prompt} / prefill, "decode_tok_s"
 
 RUN_MIXBOARD = """
 import json, resource, sys, time, torch
-torch.set_num_threads(2)
+torch.set_num_threads({threads})
 from mixboard_runner.engine import Engine
 from mixboard_runner.sampling import SamplingParams
 torch.manual_seed(1)
@@ -121,8 +121,13 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="PYTHON",
                         help="also run mixboard with this interpreter (a venv of another commit), in turn with the "
                              "others: before and after a change, side by side")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of every run (default 2)")
+    parser.add_argument("--skip-transformers", action="store_true",
+                        help="with --baseline: time mixboard against its baseline only (transformers does not change)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.skip_transformers and not args.baseline:
+        parser.error("--skip-transformers needs --baseline")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
@@ -131,18 +136,19 @@ def main() -> None:
                                                                           path=path)],
                                         capture_output=True, text=True, check=True).stdout.split()[-1])
             for batch in (int(b) for b in args.batches.split(",")):
-                fmt = dict(path=path, batch=batch, prompt=args.prompt, new=args.new,
+                fmt = dict(path=path, batch=batch, prompt=args.prompt, new=args.new, threads=args.threads,
                            cache=cache_bytes(path, batch, args.prompt + args.new))
                 hf_runs, mb_runs, onednn_runs, base_runs = [], [], [], []
                 for _ in range(args.repeats):
-                    hf_runs.append(run(RUN_HF.format(**fmt)))
+                    if not args.skip_transformers:
+                        hf_runs.append(run(RUN_HF.format(**fmt)))
                     mb_runs.append(run(RUN_MIXBOARD.format(**fmt, backend="")))
                     if args.with_onednn:
                         onednn_runs.append(run(RUN_MIXBOARD.format(**fmt, backend="linear=linear_onednn")))
                     if args.baseline:
                         base_runs.append(run(RUN_MIXBOARD.format(**fmt, backend=""), args.baseline))
-                rows.append({"model": name, "params_m": params / 1e6, "batch": batch, "transformers": _best(hf_runs),
-                             "mixboard": _best(mb_runs)})
+                rows.append({"model": name, "params_m": params / 1e6, "batch": batch,
+                             "transformers": _best(hf_runs) if hf_runs else None, "mixboard": _best(mb_runs)})
                 if onednn_runs:
                     rows[-1]["mixboard_onednn"] = _best(onednn_runs)
                 if base_runs:
@@ -162,6 +168,15 @@ def _best(runs: list[dict]) -> dict:
 
 def _row(r) -> str:
     hf, mb = r["transformers"], r["mixboard"]
+    if hf is None:  # --skip-transformers: this mixboard against the baseline's, each side's best, then the pairs
+        base = r["baseline"]
+        row = (f"| {r['model']} ({r['params_m']:.0f} M) | {r['batch']} | {base['prefill_tok_s']:.0f} | "
+               f"{mb['prefill_tok_s']:.0f} | {base['decode_tok_s']:.0f} | {mb['decode_tok_s']:.0f} | "
+               f"{base['peak_mb']:.0f} | {mb['peak_mb']:.0f} |")
+        for key in ("prefill_tok_s", "decode_tok_s"):
+            ratios = sorted(p[key] for p in r["pairs_vs_baseline"])
+            row += f" {statistics.median(ratios):.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f}) |"
+        return row
     row = (f"| {r['model']} ({r['params_m']:.0f} M) | {r['batch']} | {hf['prefill_tok_s']:.0f} | {mb['prefill_tok_s']:.0f} | "
            f"{mb['prefill_tok_s'] / hf['prefill_tok_s']:.2f}x | {hf['decode_tok_s']:.0f} | {mb['decode_tok_s']:.0f} | "
            f"{mb['decode_tok_s'] / hf['decode_tok_s']:.2f}x | {hf['peak_mb']:.0f} | {mb['peak_mb']:.0f} |")
