@@ -61,7 +61,7 @@ class AttentionLayer(MixerLayer):
         k = qkv[:, h * d:(h + kv) * d].view(t, kv, d)
         v = qkv[:, (h + kv) * d:].view(t, kv, d)
         if self.q_norm is not None:
-            q, k = self.q_norm(q)[0], self.k_norm(k)[0]
+            q, k = self.q_norm(q, None)[0], self.k_norm(k, None)[0]
         if self.rotary is not None:
             q, k = self.rotary(positions, q, k)
         impl, state, meta = step.lookup(self.layer_name)

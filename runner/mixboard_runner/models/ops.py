@@ -4,7 +4,10 @@ impl, then call it. One entry point per op; what runs is the plan's choice.
 
 Binding (``Op.bind``) hands the op's weights to the impl once
 (``impl.load``) and drops the module's own parameters: the impl's copy, as
-it is or re-laid, is then the only one."""
+it is or re-laid, is then the only one. It also points the op's ``forward``
+at the impl's, and calling an op skips ``nn.Module``'s call machinery (ops
+take no hooks): a decode step makes a few calls per block, and this is the
+one place their Python cost is cut (``benchmarks/README.md``, issue 16)."""
 
 from __future__ import annotations
 
@@ -39,6 +42,10 @@ class Op(nn.Module):
             impl.load(record)
             self.release()
         self.impl = impl
+        self.forward = impl.forward  # an instance attribute: the subclass's forward only documents the call
+
+    def __call__(self, *args):
+        return self.forward(*args)
 
     def release(self) -> None:
         for name, _ in list(self.named_parameters(recurse=False)):
@@ -123,9 +130,9 @@ class RMSNorm(Op):
     def weights(self):
         return RMSNormWeights(self.weight.detach())
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None):
         """(norm(x + residual), x + residual): x a branch's output, ``residual`` the stream, handed
-        over (the impl may write the sum into it)."""
+        over (the impl may write the sum into it); None: no stream yet, (norm(x), x)."""
         return self.impl.forward(x, residual)
 
 
