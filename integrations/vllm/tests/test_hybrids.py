@@ -56,3 +56,15 @@ def test_hybrid_with_prefix_caching_and_layer_rules(workdir, checkpoint, native)
     }
     # the sixth prompt (78 tokens) shares 70 with the fourth: vLLM (64-token blocks here) finds 64 cached
     assert prefix_hit(r.steps, 64, 14), "no prefix-cache hit: the prompts or vLLM's block size changed"
+
+
+def test_a_hybrid_split_by_phase(workdir, checkpoint, native):
+    """mamba2's prefill rows on the portable backend, its decode rows on mamba2_cpu, one state
+    between them; attention the other way round."""
+    rules = "mamba2@prefill=mamba2_torch,attention@decode=sdpa"
+    r = ok(run(workdir, "granite_hybrid_phases", checkpoint("granite_hybrid"), {"MIXBOARD_BACKEND": rules}))
+    assert r.ids == native("granite_hybrid")
+    assert r.mixed_steps(), "no step mixed decodes and prefills: the prompts no longer test that"
+    assert re.search(r"model\.layers\.0\.mixer\s+mamba2@prefill\s+mamba2_torch\s+forced", r.log), r.log[-3000:]
+    assert re.search(r"model\.layers\.0\.mixer\s+mamba2@decode\s+mamba2_cpu\s+highest", r.log), r.log[-3000:]
+    assert re.search(r"model\.layers\.1\.self_attn\.attn\s+attention@decode\s+sdpa\s+forced", r.log), r.log[-3000:]

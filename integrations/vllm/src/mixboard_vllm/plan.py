@@ -83,6 +83,7 @@ class ProcessPlan:
         from mixboard import get_registry
         from mixboard.environment import for_device
         from mixboard.errors import MixboardError
+        from mixboard.ops.phase_split import SplitImpl, split_builder
 
         from . import strict
 
@@ -120,11 +121,17 @@ class ProcessPlan:
         for gid, group in enumerate(self.plan.groups):
             first = self.plan.layer(group.layers[0])
             cls = first.selection.chosen.cls
-            self.builders.append(cls.builder(first.spec, self.env))
+            build = cls.builder(first.spec, self.env)
+            if first.split:  # each phase's rows through its own backend (mixboard.phases)
+                build = split_builder(build, first.decode_selection.chosen.cls.builder(first.spec, self.env))
+            self.builders.append(build)
             for lname in group.layers:
                 lp = self.plan.layer(lname)
-                self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, cls.make_impl(lp.spec, self.env),
-                                          gid, group.state_spec)
+                impl = cls.make_impl(lp.spec, self.env)
+                if lp.split:
+                    impl = SplitImpl(impl, lp.decode_selection.chosen.cls.make_impl(lp.spec, self.env),
+                                     registry.kind(lp.kind).row_inputs)
+                self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, impl, gid, group.state_spec)
         init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms):\n%s",
                  self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
                  len(self.plan.groups), (time.perf_counter() - t0) * 1e3, table.render(self.plan))
