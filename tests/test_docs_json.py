@@ -44,6 +44,8 @@ RUNS = {
     "mixboard run --json": [(["run", "--max-tokens", "2", "--json"], 0),
                             (["run", "--max-tokens", "2", "--backend", "attention@decode=sdpa", "--json"], 0)],
     "mixboard lock --json": [(["lock", "--force", "-o", os.devnull, "--json"], 0)],
+    "mixboard tune --json": [(["tune", "--kinds", "argmax,rotary,short_conv", "--budget", "0.01", "--prompt", "8",
+                               "--batch", "2", "--context", "8", "--force", "-o", os.devnull, "--json"], 0)],
     "mixboard explain --json and mixboard run --json, when no backend can serve a layer": [
         (["explain", "--backend", "attention=flash_attn", "--json"], 1),
         (["run", "--backend", "attention=flash_attn", "--max-tokens", "1", "--json"], 1),
@@ -162,7 +164,7 @@ def test_the_page_has_a_section_for_every_command_with_json():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse keeps them there
     with_json = {name for name, sub in commands.items() if any("--json" in a.option_strings for a in sub._actions)}
-    assert with_json == {"plugins", "backends", "select", "explain", "run", "check", "lock"}
+    assert with_json == {"plugins", "backends", "select", "explain", "run", "check", "lock", "tune"}
     titles = set(sections())
     for name in with_json:
         assert f"mixboard {name} --json" in titles, name
@@ -187,13 +189,16 @@ def test_the_keys_printed_are_the_keys_documented(title, vendor_site):
 def test_the_lock_file_has_the_keys_documented(tmp_path):
     tables = sections()
     table = documented(tables[LOCK_FILE], tables[ENVIRONMENT])
-    path = tmp_path / "split.lock"
-    _run(["lock", "--backend", "attention@decode=sdpa", "-o", str(path), "--json"], 0)
+    locked, tuned = tmp_path / "split.lock", tmp_path / "tuned.lock"
+    _run(["lock", "--backend", "attention@decode=sdpa", "-o", str(locked), "--json"], 0)
+    _run(["tune", "--kinds", "argmax", "--budget", "0.01", "--prompt", "8", "--batch", "2", "--context", "8",
+          "-o", str(tuned), "--json"], 0)
     seen = set()
-    for key, value in produced(json.loads(path.read_text()), set(table)):
-        assert key in table, f"the lock file holds {key!r}, which docs/json.md does not document"
-        assert _type_ok(value, table[key][0]), f"{key} is {value!r}; docs/json.md says {table[key][0]}"
-        seen.add(key)
+    for path in (locked, tuned):
+        for key, value in produced(json.loads(path.read_text()), set(table)):
+            assert key in table, f"the lock file holds {key!r}, which docs/json.md does not document"
+            assert _type_ok(value, table[key][0]), f"{key} is {value!r}; docs/json.md says {table[key][0]}"
+            seen.add(key)
     never = {k for k, (_, optional) in table.items() if not optional} - seen
     assert not never, f"docs/json.md documents keys that no lock holds: {sorted(never)}"
 

@@ -31,7 +31,7 @@ class LockMismatch(UsageError):
 
 
 def lock_data(plan, *, model: dict, made_by: str, options: dict | None = None,
-              measurements: list | None = None) -> dict:
+              measurements: dict | None = None) -> dict:
     """The lock of ``plan`` as plain JSON values. ``model``: what the plan is of (path, type, dtype);
     ``made_by``: the command (``mixboard lock``, ``mixboard tune``)."""
     groups: dict[tuple, dict] = {}

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from . import check_command, locking, registry_commands, run_commands
+from . import check_command, locking, registry_commands, run_commands, tune
 
 EPILOG = """examples:
   mixboard run                             generate with the built-in demo hybrid (all four kinds)
@@ -25,6 +25,7 @@ EPILOG = """examples:
   mixboard select mamba2 --backend mamba2=mamba2_torch --json
   mixboard lock ./model && mixboard run ./model --lock mixboard.lock
                                            write the plan down, then reproduce it exactly (or say what differs)
+  mixboard tune ./model                    time every eligible backend per layer group and phase; lock the fastest
 
 environment variables:
   MIXBOARD_BACKEND          default for --backend (KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated)
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     run_commands.add_commands(commands)
     locking.add_commands(commands)
+    tune.add_commands(commands)
     registry_commands.add_commands(commands)
     check_command.add_commands(commands)
     _point_json_to_its_page(commands)
