@@ -110,8 +110,7 @@ class ProcessPlan:
                 "or (on CUDA) vLLM was not started with --attention-backend CUSTOM; set MIXBOARD_VLLM=0 "
                 "to let vLLM run the whole model")
         try:
-            self.plan = registry.plan(layers, self.env, os.environ.get("MIXBOARD_BACKEND") or None,
-                                      os.environ.get("MIXBOARD_PREFER") or None)
+            self.plan = _planned(registry, layers, self.env)
         except MixboardError as exc:
             raise StartupError(f"mixboard-vllm: {exc}") from None
         state.check_paged_layout(self.plan)
@@ -141,6 +140,30 @@ class ProcessPlan:
             return self.bound[name]
         except KeyError:
             raise StartupError(f"mixboard-vllm: layer {name!r} is not in this process's plan") from None
+
+
+def _planned(registry, layers, env):
+    """The mixers' plan: by the rules, or exactly a lock's ($MIXBOARD_LOCK, `mixboard lock`). A lock
+    written by mixboard's runner names an attention layer as its module (``...self_attn``), which vLLM
+    names by its ``Attention`` child (``...self_attn.attn``); its dense ops are vLLM's own here."""
+    backend, prefer = os.environ.get("MIXBOARD_BACKEND") or None, os.environ.get("MIXBOARD_PREFER") or None
+    path = os.environ.get("MIXBOARD_LOCK") or None
+    if path is None:
+        return registry.plan(layers, env, backend, prefer)
+    from mixboard.errors import UsageError
+    from mixboard.lock import Lock
+
+    if backend or prefer:
+        raise UsageError("MIXBOARD_LOCK fixes every layer's backends: unset MIXBOARD_BACKEND and MIXBOARD_PREFER")
+    lock = Lock.read(path)
+
+    def rename(name: str) -> str:
+        return name if name in lock.choices or not name.endswith(".attn") else name.removesuffix(".attn")
+
+    lock.refuse(lock.differences(registry, env, layers, rename, partial=True))
+    plan = registry.plan(layers, env, lock.rules(rename))
+    lock.refuse(lock.check_plan(plan, fingerprint=False))
+    return plan
 
 
 def init_log():
