@@ -71,26 +71,30 @@ def test_a_hybrid_split_by_phase(workdir, checkpoint, native):
 
 
 def test_vllm_honours_a_lock_and_refuses_one_it_cannot_reproduce(workdir, checkpoint, native):
-    """A lock written by mixboard's own CLI for the checkpoint: vLLM runs its mixers as locked (the
-    runner's ``...self_attn`` is vLLM's ``...self_attn.attn``), or refuses to start, saying why."""
+    """A lock written by mixboard's own CLI for the checkpoint (LFM2: the runner has no Granite
+    hybrid): vLLM runs its mixers as locked (the runner's ``...self_attn`` is vLLM's
+    ``...self_attn.attn``), or refuses to start, saying why."""
     import json
     import os
     import subprocess
     import sys
 
-    path = checkpoint("granite_hybrid")
-    lock = os.path.join(workdir, "granite.lock")
-    subprocess.run([sys.executable, "-m", "mixboard_runner", "lock", path, "--backend",
-                    "attention@decode=sdpa,mamba2=mamba2_torch", "-o", lock, "--force"], check=True,
-                   capture_output=True, env={k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")})
-    r = ok(run(workdir, "granite_hybrid_lock", path, {"MIXBOARD_LOCK": lock}))
-    assert r.ids == native("granite_hybrid")
-    assert re.search(r"model\.layers\.0\.mixer\s+mamba2\s+mamba2_torch\s+forced by lock", r.log), r.log[-3000:]
+    path = checkpoint("lfm2")
+    lock = os.path.join(workdir, "lfm2.lock")
+    made = subprocess.run([sys.executable, "-m", "mixboard_runner", "lock", path, "--backend",
+                           "attention@decode=sdpa,short_conv=short_conv_torch", "-o", lock, "--force"],
+                          capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")})
+    assert made.returncode == 0, made.stderr[-3000:]
+    r = ok(run(workdir, "lfm2_lock", path, {"MIXBOARD_LOCK": lock}))
+    assert r.ids == native("lfm2")
+    assert re.search(r"model\.layers\.0\.short_conv\s+short_conv\s+short_conv_torch\s+forced by lock", r.log), \
+        r.log[-3000:]
     assert re.search(r"model\.layers\.1\.self_attn\.attn\s+attention@decode\s+sdpa\s+forced by lock", r.log), \
         r.log[-3000:]
     data = json.load(open(lock))
-    data["backends"]["mamba2_torch"]["version"] = "0.0.1"
+    data["backends"]["short_conv_torch"]["version"] = "0.0.1"
     json.dump(data, open(lock, "w"))
-    r = run(workdir, "granite_hybrid_lock_stale", path, {"MIXBOARD_LOCK": lock})
+    r = run(workdir, "lfm2_lock_stale", path, {"MIXBOARD_LOCK": lock})
     assert r.rc != 0 and "cannot be reproduced here" in r.log, r.log[-3000:]
-    assert "mixboard-mamba2 0.0.1 in the lock" in r.log
+    assert "mixboard-shortconv 0.0.1 in the lock" in r.log

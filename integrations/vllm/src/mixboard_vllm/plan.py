@@ -8,6 +8,7 @@ Logged once as a table with its fingerprint; with several ranks the fingerprints
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -143,9 +144,9 @@ class ProcessPlan:
 
 
 def _planned(registry, layers, env):
-    """The mixers' plan: by the rules, or exactly a lock's ($MIXBOARD_LOCK, `mixboard lock`). A lock
-    written by mixboard's runner names an attention layer as its module (``...self_attn``), which vLLM
-    names by its ``Attention`` child (``...self_attn.attn``); its dense ops are vLLM's own here."""
+    """The mixers' plan: by the rules, or exactly a lock's ($MIXBOARD_LOCK, `mixboard lock`), whose
+    layers are matched to vLLM's by name, else by kind and block (``_lock_names``); the lock's dense
+    ops are vLLM's own here."""
     backend, prefer = os.environ.get("MIXBOARD_BACKEND") or None, os.environ.get("MIXBOARD_PREFER") or None
     path = os.environ.get("MIXBOARD_LOCK") or None
     if path is None:
@@ -156,14 +157,33 @@ def _planned(registry, layers, env):
     if backend or prefer:
         raise UsageError("MIXBOARD_LOCK fixes every layer's backends: unset MIXBOARD_BACKEND and MIXBOARD_PREFER")
     lock = Lock.read(path)
-
-    def rename(name: str) -> str:
-        return name if name in lock.choices or not name.endswith(".attn") else name.removesuffix(".attn")
+    rename = _lock_names(lock, layers).get
 
     lock.refuse(lock.differences(registry, env, layers, rename, partial=True))
     plan = registry.plan(layers, env, lock.rules(rename))
     lock.refuse(lock.check_plan(plan, fingerprint=False))
     return plan
+
+
+def _lock_names(lock, layers) -> dict[str, str]:
+    """vLLM's layer name -> the lock's. Engines name a block's mixer differently (the runner's
+    ``model.layers.1.self_attn`` is vLLM's ``model.layers.1.self_attn.attn``, LFM2's ``...0.conv`` its
+    ``...0.short_conv``), so a layer not in the lock by name is matched by its kind and block number
+    (the first number in its name): each block has one mixer of a kind. Unmatched names stay as they
+    are, and the lock then says it does not know them."""
+    by_block: dict[tuple[str, str], list[str]] = {}
+    for name, (kind, _, _) in lock.choices.items():
+        by_block.setdefault((kind, _block(name)), []).append(name)
+    names = {}
+    for name, kind, _ in layers:
+        found = by_block.get((kind, _block(name)), [])
+        names[name] = name if name in lock.choices or len(found) != 1 else found[0]
+    return names
+
+
+def _block(name: str) -> str:
+    number = re.search(r"\.(\d+)\.", name + ".")
+    return number.group(1) if number else ""
 
 
 def init_log():
