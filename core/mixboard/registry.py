@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 from fnmatch import fnmatchcase
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from . import option_rules
 from .backend import state_of
 from .devices import Device
 from .environment import Environment, detect
@@ -188,9 +189,12 @@ class Registry:
 
     # -- planning --------------------------------------------------------
     def plan(self, layers: Iterable[tuple[str, str, Any]], env: Environment | None = None,
-             overrides: Overrides | str | None = None, prefer: Overrides | str | None = None) -> Plan:
+             overrides: Overrides | str | None = None, prefer: Overrides | str | None = None,
+             options: str | Mapping | None = None) -> Plan:
         """Resolve every layer, given as (name, kind, spec); ``overrides``
-        force backends, ``prefer`` picks them where they can serve."""
+        force backends, ``prefer`` picks them where they can serve;
+        ``options`` set backend options (option_rules.py: text or a mapping)."""
+        given = option_rules.parse(options, self.backends)  # before selecting: a typo costs nothing
         if env is None:
             env = detect()
         if isinstance(overrides, str) or overrides is None:
@@ -217,7 +221,8 @@ class Registry:
                                                            prefer=prefer)
             planned.append(LayerPlan(name, kind, spec, selection))
         self.check_rules_used(overrides, prefer, [(layer.name, layer.kind) for layer in planned])
-        return Plan(env, tuple(planned))
+        chosen = [(layer.kind, layer.backend, layer.selection.backend) for layer in planned]
+        return Plan(env, tuple(planned), option_rules.for_plan(given, chosen, self.backends))
 
     def check_rules_used(self, overrides: Overrides, prefer: Overrides, layers: list[tuple[str | None, str]]) -> None:
         """Every rule must name some of ``layers`` ((name, kind) pairs): a
