@@ -18,6 +18,7 @@ import textwrap
 
 from mixboard.dtypes import DTYPES
 
+from . import option_flags
 from .table import render
 
 NOTHING_RAN = 5  # every case skipped: pytest's status for "no tests ran"
@@ -47,7 +48,8 @@ def add_commands(commands) -> None:
         epilog="exit status: 0 nothing failed, 1 a case failed, 2 bad input, 5 every case was skipped (ran nothing)\n\n"
                "examples:\n  mixboard check sdpa\n  mixboard check sdpa --thorough            # before a release\n"
                "  mixboard check acme_attn --device cuda --dtype bfloat16 --json\n"
-               "  mixboard check flash_attn --allow-skip   # in CI on machines that may lack its GPU",
+               "  mixboard check flash_attn --allow-skip   # in CI on machines that may lack its GPU\n"
+               "  mixboard check linear_onednn --backend-option linear_onednn.layout=as_loaded",
         formatter_class=_raw())
     p.add_argument("backend", metavar="BACKEND", help="an installed backend's name (see `mixboard backends`)")
     p.add_argument("--device", help="torch device to run on (default: this machine's, if the backend runs there)")
@@ -59,6 +61,7 @@ def add_commands(commands) -> None:
                    help="the long cases too (minutes a backend; see above); MIXBOARD_THOROUGH=1 does the same")
     p.add_argument("--block-size", type=int, metavar="N",
                    help="tokens per block of paged state (default 4; mixer kinds only: a dense kind keeps no state)")
+    option_flags.add_flag(p, environment=False)
     p.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failing case")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per case (stable contract)")
     p.add_argument("--allow-skip", action="store_true",
@@ -88,7 +91,8 @@ def cmd_check(args) -> int:
     if args.case and not all(name.strip() for name in args.case):
         raise UsageError("--case needs a case's name or id, e.g. --case chunked_prefill or --case 'prefill_300[float32]'")
     report = run_suite(args.backend, args.device, args.dtype, block_size=args.block_size or 4, select=args.case,
-                       fail_fast=args.exitfirst, thorough=True if args.thorough else None)
+                       fail_fast=args.exitfirst, thorough=True if args.thorough else None,
+                       options=_options(args))
     if args.case and not report.results:
         raise UsageError(f"--case {', '.join(args.case)} names no case of {args.backend!r} in the dtypes asked "
                          f"({', '.join(report.dtypes)}); `mixboard check {args.backend}` lists them")
@@ -105,6 +109,20 @@ def cmd_check(args) -> int:
     return 0
 
 
+def _options(args) -> dict | None:
+    """The checked backend's options from --backend-option (BACKEND.OPTION=VALUE, as everywhere)."""
+    from mixboard import get_registry
+    from mixboard.errors import UsageError
+    from mixboard.option_rules import parse
+
+    given = parse(option_flags.given(args, environment=False), get_registry().backends)
+    others = sorted(set(given) - {args.backend})
+    if others:
+        raise UsageError(f"--backend-option names backend {others[0]!r}, but this checks {args.backend!r}: give "
+                         f"{args.backend}.OPTION=VALUE")
+    return given.get(args.backend)
+
+
 def _nothing_ran(report) -> str:
     reasons = {r.reason for r in report.results}
     why = f": {reasons.pop()}" if len(reasons) == 1 else ", each with its reason"
@@ -115,7 +133,8 @@ def _print_table(report) -> None:
     where = report.environment or "not available here"
     mode = "thorough" if report.thorough else "quick"
     print(f"mixboard check {report.backend} on {report.device} ({where}); dtypes {', '.join(report.dtypes)}; "
-          f"{mode} mode")
+          f"{mode} mode" + (f"; options {option_flags.text({report.backend: report.options})}" if report.options
+                            else ""))
     rows, previous = [], None
     for r in report.results:
         reason = r.reason or ""

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import torch
 
@@ -26,7 +26,7 @@ from mixboard import CommonBatchMetadata, get_registry
 from mixboard.dtypes import DTYPES, torch_dtype
 from mixboard.environment import for_device
 from mixboard.errors import UsageError
-from mixboard.ops.checks import build_impl
+from mixboard.ops.checks import build_builder, build_impl
 
 from . import checks
 from .blame import blamed, blaming
@@ -98,7 +98,8 @@ class Engine:
     def __init__(self, model: str | Path | None = None, *, device: str = "cpu", dtype: str = "float32",
                  backend: str | None = None, prefer: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
                  max_batched_tokens: int = 2048, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None,
-                 registry=None, reuse_host_memory: bool = False, allow_nonfinite_weights: bool = False):
+                 registry=None, reuse_host_memory: bool = False, allow_nonfinite_weights: bool = False,
+                 backend_options: str | Mapping | None = None):
         """``reuse_host_memory``: keep large freed blocks in the process's heap
         for reuse (glibc only; see host_memory.py). Off by default: it
         changes the whole process's allocator, which a library must not do
@@ -108,7 +109,10 @@ class Engine:
         ``prefer`` prefers them where they can serve (rules as ``mixboard run
         --backend`` / ``--prefer`` take them); left None, each takes its
         environment variable ($MIXBOARD_BACKEND, $MIXBOARD_PREFER), as the
-        CLI does. Give "" for no rules whatever the environment says."""
+        CLI does. Give "" for no rules whatever the environment says.
+        ``backend_options`` sets backends' options: text as ``--backend-option``
+        takes it (``linear_onednn.layout=as_loaded,...``) or a mapping
+        {backend: {option: value}}; None takes $MIXBOARD_BACKEND_OPTIONS."""
         # every argument is checked before anything is loaded or allocated
         if dtype not in DTYPES:
             raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
@@ -120,6 +124,10 @@ class Engine:
             checks.instance("backend", backend, str, "rules as text (KIND=BACKEND,...)")
         if prefer is not None:
             checks.instance("prefer", prefer, str, "rules as text (KIND=BACKEND,...)")
+        if backend_options is None:
+            backend_options = os.environ.get("MIXBOARD_BACKEND_OPTIONS")
+        checks.instance("backend_options", backend_options, (str, Mapping, type(None)),
+                        "text (BACKEND.OPTION=VALUE,...) or {backend: {option: value}}")
         cache_memory = checks.integer("cache_memory", cache_memory, 1)
         max_seqs = checks.integer("max_seqs", max_seqs, 1)
         max_batched_tokens = checks.integer("max_batched_tokens", max_batched_tokens, 1)
@@ -133,7 +141,8 @@ class Engine:
             reuse_freed_memory()
         self.registry = registry or get_registry()
         # the plan (strict rules) and the tokenizer first: a mistake in either costs no weight load
-        self.plan = self.registry.plan(build_model(model, dtype).layer_decls(), self.env, backend, prefer)
+        self.plan = self.registry.plan(build_model(model, dtype).layer_decls(), self.env, backend, prefer,
+                                       backend_options)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
         self._owners = {}  # id(impl or builder) -> (backend, layer): whom an error blames
@@ -154,7 +163,8 @@ class Engine:
             if layer.selection.state_spec.tensors:
                 continue
             with blaming(layer.backend, layer.name, "making its impl"):
-                impl = build_impl(layer.selection.backend, layer.spec, self.env, layer.name)
+                impl = build_impl(layer.selection.backend, layer.spec, self.env, layer.name,
+                                  self.plan.options.get(layer.backend))
             with blaming(layer.backend, layer.name, "loading its weights"):
                 modules[layer.name].bind(impl)
             self._owners[id(impl)] = (layer.backend, layer.name)
@@ -173,13 +183,14 @@ class Engine:
             if key not in builders:
                 with blaming(layer.backend, layer.name, "making its builder"):
                     builders[key] = len(self.builders)
-                    self.builders.append(backend.builder(layer.spec, self.env))
+                    self.builders.append(build_builder(backend, layer.spec, self.env,
+                                                       self.plan.options.get(layer.backend)))
                 built = self.builders[-1]
                 for owner in (built, getattr(built, "__self__", None)):  # an object, or a bound method's object
                     if owner is not None:
                         self._owners[id(owner)] = (layer.backend, layer.name)
             with blaming(layer.backend, layer.name, "making its impl"):
-                impl = build_impl(backend, layer.spec, self.env, layer.name)
+                impl = build_impl(backend, layer.spec, self.env, layer.name, self.plan.options.get(layer.backend))
             self._owners[id(impl)] = (layer.backend, layer.name)
             self.runtimes[layer.name] = (impl, self.cache.pools[layer.name], builders[key])
 

@@ -83,6 +83,7 @@ class ProcessPlan:
         from mixboard import get_registry
         from mixboard.environment import for_device
         from mixboard.errors import MixboardError
+        from mixboard.ops.checks import build_builder, build_impl
 
         from . import strict
 
@@ -110,7 +111,8 @@ class ProcessPlan:
                 "to let vLLM run the whole model")
         try:
             self.plan = registry.plan(layers, self.env, os.environ.get("MIXBOARD_BACKEND") or None,
-                                      os.environ.get("MIXBOARD_PREFER") or None)
+                                      os.environ.get("MIXBOARD_PREFER") or None,
+                                      os.environ.get("MIXBOARD_BACKEND_OPTIONS") or None)
         except MixboardError as exc:
             raise StartupError(f"mixboard-vllm: {exc}") from None
         state.check_paged_layout(self.plan)
@@ -119,12 +121,12 @@ class ProcessPlan:
         self.bound: dict[str, Bound] = {}
         for gid, group in enumerate(self.plan.groups):
             first = self.plan.layer(group.layers[0])
-            cls = first.selection.chosen.cls
-            self.builders.append(cls.builder(first.spec, self.env))
+            cls, options = first.selection.chosen.cls, self.plan.options.get(first.backend)
+            self.builders.append(build_builder(cls, first.spec, self.env, options))
             for lname in group.layers:
                 lp = self.plan.layer(lname)
-                self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, cls.make_impl(lp.spec, self.env),
-                                          gid, group.state_spec)
+                self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend,
+                                          build_impl(cls, lp.spec, self.env, lname, options), gid, group.state_spec)
         init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms):\n%s",
                  self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
                  len(self.plan.groups), (time.perf_counter() - t0) * 1e3, table.render(self.plan))
