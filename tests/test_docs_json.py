@@ -27,6 +27,7 @@ RUNS = {
     "mixboard backends --json": [
         (["backends", "--json"], 0),
         (["backends", "--device", "cuda", "--capability", "9.0", "--dtype", "bfloat16", "--json"], 0),
+        (["backends", "linear_onednn", "--json"], 0),
     ],
     "mixboard select --json": [
         (["select", "attention", "--json"], 0),
@@ -38,8 +39,13 @@ RUNS = {
     "mixboard explain --json": [
         (["explain", "--json"], 0),
         (["explain", "--backend", "attention=sdpa", "--device", "cuda", "--capability", "9.0", "--json"], 0),
+        (["explain", "--backend", "attention=sdpa", "--backend-option", "sdpa.decode_chunk_mib=16", "--json"], 0),
     ],
-    "mixboard run --json": [(["run", "--max-tokens", "2", "--json"], 0)],
+    "mixboard run --json": [
+        (["run", "--max-tokens", "2", "--json"], 0),
+        (["run", "--max-tokens", "2", "--backend", "attention=sdpa", "--backend-option", "sdpa.decode_chunk_mib=16",
+          "--json"], 0),
+    ],
     "mixboard explain --json and mixboard run --json, when no backend can serve a layer": [
         (["explain", "--backend", "attention=flash_attn", "--json"], 1),
         (["run", "--backend", "attention=flash_attn", "--max-tokens", "1", "--json"], 1),
