@@ -58,7 +58,8 @@ class Option:
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("choices", "minimum") if getattr(self, k) is not None)
-        return f"Option({self.name!r}, {getattr(self.type, '__name__', self.type)}, {self.default!r}, {self.doc!r}{extra})"
+        kind = getattr(self.type, "__name__", self.type)
+        return f"Option({self.name!r}, {kind}, {self.default!r}, {self.doc!r}{extra})"
 
     @property
     def type_name(self) -> str:

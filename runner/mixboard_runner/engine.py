@@ -126,8 +126,9 @@ class Engine:
             checks.instance("prefer", prefer, str, "rules as text (KIND=BACKEND,...)")
         if backend_options is None:
             backend_options = os.environ.get("MIXBOARD_BACKEND_OPTIONS")
-        checks.instance("backend_options", backend_options, (str, Mapping, type(None)),
-                        "text (BACKEND.OPTION=VALUE,...) or {backend: {option: value}}")
+        if backend_options is not None:
+            checks.instance("backend_options", backend_options, (str, Mapping),
+                            "text (BACKEND.OPTION=VALUE,...) or {backend: {option: value}}")
         cache_memory = checks.integer("cache_memory", cache_memory, 1)
         max_seqs = checks.integer("max_seqs", max_seqs, 1)
         max_batched_tokens = checks.integer("max_batched_tokens", max_batched_tokens, 1)

@@ -57,4 +57,5 @@ def test_the_impl_stores_each_weight_as_the_layout_says():
 def test_every_layout_passes_the_conformance_kit(layout):
     report = run_suite("linear_onednn", "cpu", options={"layout": layout})
     assert report.options == {"layout": layout}
-    assert report.ok and {r.status for r in report.results} == {"pass"}, [r for r in report.results if r.status != "pass"]
+    assert report.ok and {r.status for r in report.results} == {"pass"}, [r for r in report.results
+                                                                          if r.status != "pass"]

@@ -117,5 +117,6 @@ def test_check_runs_the_kit_on_the_value_given():
     assert out.returncode == 0, out.stderr
     assert "options linear_onednn.layout=as_loaded" in out.stdout.splitlines()[0]
     # a check names what it checks: the variable does not change it
-    out = mixboard("check", "linear_onednn", "--case", "rows", env={"MIXBOARD_BACKEND_OPTIONS": "sdpa.decode_chunk_mib=1"})
+    out = mixboard("check", "linear_onednn", "--case", "rows",
+                   env={"MIXBOARD_BACKEND_OPTIONS": "sdpa.decode_chunk_mib=1"})
     assert out.returncode == 0 and "options linear_onednn.layout=packed" in out.stdout.splitlines()[0]

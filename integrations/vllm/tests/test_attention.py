@@ -24,3 +24,22 @@ def test_forced_backend_that_cannot_serve_fails_start_up_with_its_reasons(workdi
     assert "backend 'flash_attn' is forced by rule 'attention=flash_attn' but cannot serve layer " \
            "'model.layers.0.self_attn.attn'" in r.log, r.log[-3000:]
     assert "runs on cuda" in r.log  # its reasons, not a fallback to another backend
+
+
+def test_backend_options_reach_the_backend_and_the_fingerprint(workdir, checkpoint, native):
+    """MIXBOARD_BACKEND_OPTIONS inside vLLM: checked, part of the fingerprint, and no token changes."""
+    path, forced = checkpoint("llama"), {"MIXBOARD_BACKEND": "attention=sdpa"}
+    small = ok(run(workdir, "llama_options", path, {**forced, "MIXBOARD_BACKEND_OPTIONS": "sdpa.decode_chunk_mib=1"}))
+    default = ok(run(workdir, "llama_options_default", path, forced))
+    assert small.ids == default.ids == native("llama")  # a smaller decode workspace changes no token
+    assert {backend for _, backend, _ in small.table.values()} == {"sdpa"}
+    assert len(set(small.fingerprints.values()) | set(default.fingerprints.values())) == 2
+
+
+def test_an_option_for_a_backend_vllm_does_not_run_fails_start_up(workdir, checkpoint):
+    # vLLM runs its own dense ops: mixboard's products are not planned there, so their options mean nothing
+    r = run(workdir, "llama_bad_option", checkpoint("llama"),
+            {"MIXBOARD_BACKEND_OPTIONS": "linear_onednn.layout=as_loaded"})
+    assert r.rc != 0 and r.ids is None
+    assert "names backend 'linear_onednn', which no layer of this model runs: this model has no linear layers" \
+        in r.log, r.log[-3000:]
