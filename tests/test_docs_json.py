@@ -20,6 +20,7 @@ from mixboard_runner.cli import build_parser
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "json.md"
 ENVIRONMENT = "The environment object"
+LOCK_FILE = "The lock file"
 
 # Each section of the page, and the runs (arguments, expected exit status) that must print exactly its keys.
 RUNS = {
@@ -39,13 +40,18 @@ RUNS = {
     "mixboard explain --json": [
         (["explain", "--json"], 0),
         (["explain", "--backend", "attention=sdpa", "--device", "cuda", "--capability", "9.0", "--json"], 0),
+        (["explain", "--backend", "attention@decode=sdpa", "--json"], 0),
         (["explain", "--backend", "attention=sdpa", "--backend-option", "sdpa.decode_chunk_mib=16", "--json"], 0),
     ],
     "mixboard run --json": [
         (["run", "--max-tokens", "2", "--json"], 0),
+        (["run", "--max-tokens", "2", "--backend", "attention@decode=sdpa", "--json"], 0),
         (["run", "--max-tokens", "2", "--backend", "attention=sdpa", "--backend-option", "sdpa.decode_chunk_mib=16",
           "--json"], 0),
     ],
+    "mixboard lock --json": [(["lock", "--force", "-o", os.devnull, "--json"], 0)],
+    "mixboard tune --json": [(["tune", "--kinds", "argmax,rotary,short_conv", "--budget", "0.01", "--prompt", "8",
+                               "--batch", "2", "--context", "8", "--force", "-o", os.devnull, "--json"], 0)],
     "mixboard explain --json and mixboard run --json, when no backend can serve a layer": [
         (["explain", "--backend", "attention=flash_attn", "--json"], 1),
         (["run", "--backend", "attention=flash_attn", "--max-tokens", "1", "--json"], 1),
@@ -164,11 +170,11 @@ def test_the_page_has_a_section_for_every_command_with_json():
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse keeps them there
     with_json = {name for name, sub in commands.items() if any("--json" in a.option_strings for a in sub._actions)}
-    assert with_json == {"plugins", "backends", "select", "explain", "run", "check"}
+    assert with_json == {"plugins", "backends", "select", "explain", "run", "check", "lock", "tune"}
     titles = set(sections())
     for name in with_json:
         assert f"mixboard {name} --json" in titles, name
-    assert set(RUNS) | {ENVIRONMENT} == titles, "each table of the page needs runs here, and each run a table"
+    assert set(RUNS) | {ENVIRONMENT, LOCK_FILE} == titles, "each table of the page needs runs here, and each run a table"
 
 
 @pytest.mark.parametrize("title", list(RUNS))
@@ -184,6 +190,23 @@ def test_the_keys_printed_are_the_keys_documented(title, vendor_site):
             seen.add(key)
     never = {k for k, (_, optional) in table.items() if not optional} - seen
     assert not never, f"docs/json.md documents keys that no run prints: {sorted(never)}"
+
+
+def test_the_lock_file_has_the_keys_documented(tmp_path):
+    tables = sections()
+    table = documented(tables[LOCK_FILE], tables[ENVIRONMENT])
+    locked, tuned = tmp_path / "split.lock", tmp_path / "tuned.lock"
+    _run(["lock", "--backend", "attention@decode=sdpa", "-o", str(locked), "--json"], 0)
+    _run(["tune", "--kinds", "argmax", "--budget", "0.01", "--prompt", "8", "--batch", "2", "--context", "8",
+          "-o", str(tuned), "--json"], 0)
+    seen = set()
+    for path in (locked, tuned):
+        for key, value in produced(json.loads(path.read_text()), set(table)):
+            assert key in table, f"the lock file holds {key!r}, which docs/json.md does not document"
+            assert _type_ok(value, table[key][0]), f"{key} is {value!r}; docs/json.md says {table[key][0]}"
+            seen.add(key)
+    never = {k for k, (_, optional) in table.items() if not optional} - seen
+    assert not never, f"docs/json.md documents keys that no lock holds: {sorted(never)}"
 
 
 def test_plugins_json_gives_the_kinds_and_devices_a_plugin_adds(vendor_site):

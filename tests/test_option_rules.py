@@ -151,7 +151,7 @@ def test_the_fingerprint_holds_the_values_that_run(registry):
     # an option given at its default fingerprints as one left out; another value, another fingerprint
     assert default.fingerprint == explicit.fingerprint != other.fingerprint
     assert default.mixer_fingerprint == explicit.mixer_fingerprint != other.mixer_fingerprint
-    assert default.fingerprint_rows()[0][-1] == DEFAULTS
+    assert default.fingerprint_rows()[0][-1] == {"tiled_attn": DEFAULTS}
     # a backend that declares no options keeps the rows it always had
     assert len(plan(registry, backend=None).fingerprint_rows()[0]) == 6
 

@@ -86,9 +86,10 @@ class CommonBatchMetadata:
         sequences own (read or write); (0, -1) without paged state.
 
     Derived, read-only: ``num_prefills`` (num_seqs - num_decodes),
-    ``num_decode_tokens`` (= num_decodes), and ``sequence_rows`` (host int64
+    ``num_decode_tokens`` (= num_decodes), ``sequence_rows`` (host int64
     [num_seqs, 4]: first row, end row, state slot, has context; made on
-    first use, then shared by every layer).
+    first use, then shared by every layer) and ``phase_parts`` (the decodes
+    and the prefills as metadata of their own, for layers split by phase).
 
     All tensors are contiguous. ``build`` makes one from plain lists, as the
     runner, the kit and tests do.
@@ -131,6 +132,56 @@ class CommonBatchMetadata:
         starts = self.query_start_loc_cpu.long()
         return torch.stack([starts[:-1], starts[1:], self.state_slots_cpu.long(),
                             (self.context_lens_cpu > 0).long()], 1).contiguous()
+
+    @cached_property
+    def phase_parts(self) -> tuple["CommonBatchMetadata | None", "CommonBatchMetadata | None"]:
+        """(the decodes, the prefills) as metadata of their own, each None where the step has none
+        (a step of one phase is its own part): what a layer that runs each phase through its own
+        backend hands each backend's builder (``mixboard.phases``). Made on first use, once per step."""
+        if self.num_decodes == self.num_seqs:
+            return self, None
+        if self.num_decodes == 0:
+            return None, self
+        return self.sequences(0, self.num_decodes), self.sequences(self.num_decodes, self.num_seqs)
+
+    def sequences(self, first: int, end: int) -> "CommonBatchMetadata":
+        """Metadata of sequences ``first`` to ``end`` (exclusive) of this step alone: their rows,
+        offsets counted from their first row, the same pools' blocks and slots."""
+        host = self.query_start_loc_cpu
+        row0, row1 = int(host[first]), int(host[end])
+        qsl_cpu = host[first:end + 1] - row0
+        seq_cpu = self.seq_lens_cpu[first:end]
+        table_cpu = self.block_table_cpu[first:end]
+        block_range = (0, -1)
+        if self.slot_mapping.numel():  # the blocks the part's sequences own, as ``build`` counts them
+            owned = [table_cpu[i, :-(-int(s) // self.block_size)] for i, s in enumerate(seq_cpu)]
+            used = torch.cat(owned)
+            block_range = (int(used.min()), int(used.max()))
+        same = self.query_start_loc.device.type == "cpu"  # on CPU a device tensor is its host copy
+
+        def device(cpu_part, full):
+            return cpu_part if same else full[first:end]
+
+        return CommonBatchMetadata(
+            num_seqs=end - first,
+            num_decodes=max(0, min(self.num_decodes, end) - first),
+            num_tokens=row1 - row0,
+            max_query_len=int((qsl_cpu[1:] - qsl_cpu[:-1]).max()),
+            max_seq_len=int(seq_cpu.max()),
+            block_size=self.block_size,
+            query_start_loc=qsl_cpu if same else self.query_start_loc[first:end + 1] - row0,
+            seq_lens=device(seq_cpu, self.seq_lens),
+            context_lens=device(self.context_lens_cpu[first:end], self.context_lens),
+            state_slots=device(self.state_slots_cpu[first:end], self.state_slots),
+            block_table=device(table_cpu, self.block_table),
+            slot_mapping=self.slot_mapping[row0:row1] if self.slot_mapping.numel() else self.slot_mapping,
+            query_start_loc_cpu=qsl_cpu,
+            seq_lens_cpu=seq_cpu,
+            context_lens_cpu=self.context_lens_cpu[first:end],
+            state_slots_cpu=self.state_slots_cpu[first:end],
+            block_table_cpu=table_cpu,
+            block_range=block_range,
+        )
 
     @classmethod
     def build(

@@ -71,12 +71,18 @@ def for_plan(given: Mapping[str, Mapping[str, Any]], chosen: Iterable[tuple[str,
 
 
 def with_options(rows: list[list], options: Mapping[str, Mapping[str, Any]]) -> list[list]:
-    """Fingerprint rows (``Plan.fingerprint_rows``: backend name at index 3), each row of a backend
-    with options followed by their values. The values are the resolved ones, so an option given at
-    its default fingerprints as one left out; rows of backends without options are as they were."""
+    """Fingerprint rows (``Plan.fingerprint_rows``: the backend at index 3, a decode backend at index
+    7 after "decode"), each row whose backends declare options followed by their values,
+    {backend: {option: value}}. The values are the resolved ones, so an option given at its default
+    fingerprints as one left out; rows of backends without options are as they were."""
     if not options:
         return rows
-    return [row + [dict(options[row[3]])] if row[3] in options else row for row in rows]
+    out = []
+    for row in rows:
+        names = [row[3]] + ([row[7]] if len(row) > 7 and row[6] == "decode" else [])
+        values = {name: dict(options[name]) for name in names if name in options}
+        out.append(row + [values] if values else row)
+    return out
 
 
 def _from_text(text: str) -> list[tuple[str, str, str, str]]:

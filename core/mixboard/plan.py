@@ -22,24 +22,39 @@ from .state import PAGED, StateSpec
 
 
 class LayerPlan:
-    __slots__ = ("name", "kind", "spec", "selection")
+    """One layer's choice: ``selection`` runs its rows, or, where ``decode_selection`` is set (a layer split
+    by phase, ``mixboard.phases``), its prefill rows while ``decode_selection`` runs its decode rows."""
 
-    def __init__(self, name: str, kind: str, spec: Any, selection: Selection):
+    __slots__ = ("name", "kind", "spec", "selection", "decode_selection")
+
+    def __init__(self, name: str, kind: str, spec: Any, selection: Selection,
+                 decode_selection: Selection | None = None):
         self.name = name
         self.kind = kind
         self.spec = spec
         self.selection = selection
+        self.decode_selection = decode_selection
 
     @property
     def backend(self) -> str:
+        """The backend of the layer's rows (of its prefill rows, in a layer split by phase)."""
         return self.selection.chosen.name
+
+    @property
+    def decode_backend(self) -> str:
+        """The backend of the layer's decode rows."""
+        return (self.decode_selection or self.selection).chosen.name
+
+    @property
+    def split(self) -> bool:
+        return self.decode_selection is not None
 
     @property
     def rejected(self) -> Mapping[str, tuple[str, ...]]:
         return self.selection.rejected
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "kind": self.kind,
             "backend": self.backend,
@@ -48,18 +63,29 @@ class LayerPlan:
             "spec": self.spec.to_dict(),
             "rejected": {n: list(r) for n, r in self.rejected.items()},
         }
+        if self.decode_selection is not None:
+            d = self.decode_selection
+            out["decode"] = {"backend": d.chosen.name, "rule": d.rule, "preferred_by": d.preferred_by,
+                             "rejected": {n: list(r) for n, r in d.rejected.items()}}
+        return out
 
 
 class Group:
-    """Layers that share a backend and a state layout."""
+    """Layers that share a backend (one per phase, where split) and a state layout."""
 
-    __slots__ = ("backend", "kind", "state_spec", "layers")
+    __slots__ = ("backend", "kind", "state_spec", "layers", "decode_backend")
 
-    def __init__(self, backend: str, kind: str, state_spec: StateSpec, layers: tuple[str, ...]):
+    def __init__(self, backend: str, kind: str, state_spec: StateSpec, layers: tuple[str, ...],
+                 decode_backend: str | None = None):
         self.backend, self.kind, self.state_spec, self.layers = backend, kind, state_spec, layers
+        self.decode_backend = decode_backend  # None: ``backend`` runs the decode rows too
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "kind": self.kind, "state": self.state_spec.to_dict(), "layers": list(self.layers)}
+        out = {"backend": self.backend, "kind": self.kind, "state": self.state_spec.to_dict(),
+               "layers": list(self.layers)}
+        if self.decode_backend is not None:
+            out["decode_backend"] = self.decode_backend
+        return out
 
     def __repr__(self) -> str:
         return f"Group({self.backend!r}, {len(self.layers)} layers)"
@@ -73,19 +99,20 @@ class Plan:
         self.options = dict(options or {})  # backend -> its option values, for the backends used that declare any
         # Layers that share a Selection share backend and state layout: collect
         # by identity, then merge selections that agree (cheap for 1,000 layers).
-        by_selection: dict[int, tuple[Selection, list[str]]] = {}
+        by_selection: dict[tuple[int, int], tuple[Selection, Selection | None, list[str]]] = {}
         for layer in layers:
-            entry = by_selection.get(id(layer.selection))
+            ids = (id(layer.selection), id(layer.decode_selection))
+            entry = by_selection.get(ids)
             if entry is None:
-                entry = by_selection[id(layer.selection)] = (layer.selection, [])
-            entry[1].append(layer.name)
-        groups: dict[tuple[str, StateSpec], tuple[str, list[str]]] = {}
-        for selection, names in by_selection.values():
-            key = (selection.chosen.name, selection.state_spec)
+                entry = by_selection[ids] = (layer.selection, layer.decode_selection, [])
+            entry[2].append(layer.name)
+        groups: dict[tuple, tuple[str, list[str]]] = {}
+        for selection, decode, names in by_selection.values():
+            key = (selection.chosen.name, selection.state_spec, decode and decode.chosen.name)
             groups.setdefault(key, (selection.kind, []))[1].extend(names)
         order = {name: i for i, name in enumerate(layer.name for layer in layers)} if len(groups) < len(by_selection) else None
-        self.groups = tuple(Group(b, kind, s, tuple(sorted(names, key=order.__getitem__) if order else names))
-                            for (b, s), (kind, names) in groups.items())
+        self.groups = tuple(Group(b, kind, s, tuple(sorted(names, key=order.__getitem__) if order else names), d)
+                            for (b, s, d), (kind, names) in groups.items())
 
     @property
     def block_multiple(self) -> int:
@@ -103,12 +130,17 @@ class Plan:
 
     def fingerprint_rows(self) -> list[list]:
         """What the fingerprint hashes, one row per layer: name, kind, spec, backend, and the
-        distribution and version the backend came from, then the backend's option values
-        where it declares options (plain JSON values)."""
+        distribution and version the backend came from (plain JSON values); a layer split by phase
+        adds "decode" and its decode backend's three; then, where the layer's backends declare
+        options, their values ({backend: {option: value}})."""
         rows = []
         for layer in self.layers:
             entry = layer.selection.chosen
-            rows.append([layer.name, layer.kind, layer.spec.to_dict(), entry.name, entry.distribution, entry.version])
+            row = [layer.name, layer.kind, layer.spec.to_dict(), entry.name, entry.distribution, entry.version]
+            if layer.decode_selection is not None:  # a layer not split hashes as it always did
+                d = layer.decode_selection.chosen
+                row += ["decode", d.name, d.distribution, d.version]
+            rows.append(row)
         return with_options(rows, self.options)
 
     @cached_property

@@ -18,9 +18,11 @@ from .environment import Environment, detect
 from .errors import SelectionError, UsageError
 from .kinds import BUILTIN_KINDS, Kind
 from .overrides import Overrides
+from .phases import DECODE, PHASES, PREFILL
 from .plan import LayerPlan, Plan
 from .plugins import BackendEntry, Loaded, PluginRecord, load
-from .selection import Selection, rank, reasons_against
+from .selection import Candidate, Selection, rank
+from .state import describe_state
 
 
 class Registry:
@@ -78,15 +80,15 @@ class Registry:
         """Preference rules, every backend checked now: whether a typo is an
         error must not depend on whether an earlier preference served here."""
         prefer = Overrides.parse(text, kinds=self.kinds, repeats=True, backend_kinds=self._backend_kinds)
-        for target, backend in prefer.kind_rules + prefer.layer_rules:
-            rule = f"{target}={backend}"
+        for r in prefer.kind_rules + prefer.layer_rules:
+            target, backend, rule = r.target, r.backend, r.text
             entry = self.backends.get(backend)
             if entry is None:
                 close = difflib.get_close_matches(backend, list(self.backends), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise UsageError(f"preference {rule!r} names unknown backend {backend!r}{hint} (installed: "
                                  f"{', '.join(sorted(self.backends)) or 'none'})")
-            if (target, backend) in prefer.kind_rules and entry.cls.kind != target:
+            if r in prefer.kind_rules and entry.cls.kind != target:
                 raise UsageError(f"preference {rule!r} names backend {backend!r}, which serves {entry.cls.kind}, "
                                  f"not {target}")
         return prefer
@@ -94,32 +96,42 @@ class Registry:
     # -- selection -------------------------------------------------------
     def select(self, kind: str, spec: Any = None, env: Environment | None = None, *,
                layer: str | None = None, overrides: Overrides | None = None,
-               prefer: Overrides | None = None) -> Selection:
+               prefer: Overrides | None = None, phase: str | None = None,
+               share_state_with: Selection | None = None) -> Selection:
         """The backend for one layer. Raises SelectionError (nothing serves
         it, or a forced backend cannot) or UsageError (bad request).
-        ``overrides`` force a backend; ``prefer`` picks one where it can serve."""
+        ``overrides`` force a backend; ``prefer`` picks one where it can serve.
+        ``phase`` (prefill or decode): the backend of that phase's rows, rules
+        for the phase counted (None: rules for both phases only).
+        ``share_state_with``: the selection of the layer's other phase, whose
+        state layout the chosen backend must keep too."""
         if spec is None:
             spec = self.kind(kind).default_spec()
         if env is None:
             env = detect()
-        forced = overrides.for_layer(layer, kind) if overrides else None
-        preferred = prefer.all_for_layer(layer, kind) if prefer and forced is None else ()
-        key = (kind, spec, env, forced, preferred)
+        forced = overrides.for_layer(layer, kind, phase) if overrides else None
+        preferred = prefer.all_for_layer(layer, kind, phase) if prefer and forced is None else ()
+        other = share_state_with
+        key = (kind, spec, env, forced, preferred, None if other is None else (other.chosen.name, other.state_spec))
         selection = self._memo.get(key)
         if selection is None:
-            selection = self._memo[key] = self._select(kind, spec, env, forced, layer, preferred)
+            selection = self._memo[key] = self._select(kind, spec, env, forced, layer, preferred, phase, other)
         return selection
 
-    def _select(self, kind, spec, env, forced, layer, preferred=()) -> Selection:
+    def _select(self, kind, spec, env, forced, layer, preferred=(), phase=None, other=None) -> Selection:
         kind_obj = self.kind(kind)
         if not isinstance(spec, kind_obj.spec):
             raise UsageError(f"a {kind} layer needs a {kind_obj.spec.__name__}, not {type(spec).__name__}")
         where = f"layer {layer!r}" if layer else f"this {kind} layer"
+        if phase is not None and other is not None:
+            where += f" ({phase} rows)"
         candidates = rank(self._by_kind[kind], spec, env)
+        if other is not None:
+            candidates = self._sharing_state(candidates, kind_obj, spec, other, phase)
         if forced is not None:
             name, rule = forced
             entry = self._forced_entry(name, rule, kind, where)
-            reasons = reasons_against(entry.cls, spec, env)
+            reasons = next(c.reasons for c in candidates if c.name == name)  # the state check's too, if any
             if reasons:
                 raise SelectionError(
                     f"backend {name!r} is forced by rule {rule!r} but cannot serve {where} in {env}: "
@@ -147,6 +159,27 @@ class Registry:
             return Selection(kind, spec, env, entry, state_of(entry.cls, kind_obj, spec), candidates, rejected,
                              rule, preferred_by)
         return Selection(kind, spec, env, entry, state_of(entry.cls, kind_obj, spec), candidates, rejected, rule)
+
+    def _sharing_state(self, candidates, kind_obj: Kind, spec, other: Selection, phase: str | None):
+        """``candidates`` with a reason against each that keeps the layer's state in another layout than
+        ``other`` (the backend of the layer's other phase): both phases read and write one state."""
+        if not kind_obj.row_inputs:
+            why = (f"kind {kind_obj.name!r} does not declare its per-row inputs (Kind.row_inputs), so its "
+                   f"layers cannot split their rows by phase",)
+            marked = [Candidate(c.name, c.priority, c.reasons + why) if c.name != other.chosen.name else c
+                      for c in candidates]
+        else:
+            marked = []
+            for c in candidates:
+                entry = self.backends[c.name]
+                state = state_of(entry.cls, kind_obj, spec)
+                if c.name != other.chosen.name and state != other.state_spec:
+                    c = Candidate(c.name, c.priority, c.reasons + (
+                        f"keeps the layer's state as {describe_state(state)}, but {other.chosen.name!r}, which "
+                        f"runs its {_other_phase(phase)} rows, keeps {describe_state(other.state_spec)}: a layer's "
+                        f"two phases share one state",))
+                marked.append(c)
+        return tuple(sorted(marked, key=lambda c: (not c.available, -c.priority, c.name)))
 
     def _preferred(self, candidates, preferred, kind: str, where: str):
         """(winner, the preference rule that picked it or None, {backend passed over: its rule}):
@@ -203,49 +236,78 @@ class Registry:
             prefer = self.parse_preferences(prefer)
         has_rules = bool(overrides)
         preferring = bool(prefer)
+        phased = overrides.has_phases or prefer.has_phases
         # Models repeat the same spec object layer after layer: look those up
         # by identity within this call before hashing specs for the memo.
-        by_identity: dict[tuple, Selection] = {}
+        by_identity: dict[tuple, tuple[Selection, Selection | None]] = {}
         planned = []
         seen = set()
         for name, kind, spec in layers:
             if name in seen:
                 raise UsageError(f"layer name {name!r} appears twice")
             seen.add(name)
-            forced = overrides.for_layer(name, kind) if has_rules else None
-            preferred = prefer.all_for_layer(name, kind) if preferring and forced is None else ()
-            key = (kind, id(spec), forced, preferred)
-            selection = by_identity.get(key)
-            if selection is None:
-                selection = by_identity[key] = self.select(kind, spec, env, layer=name, overrides=overrides,
-                                                           prefer=prefer)
-            planned.append(LayerPlan(name, kind, spec, selection))
+            if phased:
+                rules = tuple(self._rules_for(overrides, prefer, name, kind, phase) for phase in PHASES)
+            else:
+                forced = overrides.for_layer(name, kind) if has_rules else None
+                rules = ((forced, prefer.all_for_layer(name, kind) if preferring and forced is None else ()),)
+            key = (kind, id(spec), rules)
+            chosen = by_identity.get(key)
+            if chosen is None:
+                chosen = by_identity[key] = self._select_phases(kind, spec, env, name, overrides, prefer, rules)
+            planned.append(LayerPlan(name, kind, spec, *chosen))
         self.check_rules_used(overrides, prefer, [(layer.name, layer.kind) for layer in planned])
-        chosen = [(layer.kind, layer.backend, layer.selection.backend) for layer in planned]
-        return Plan(env, tuple(planned), option_rules.for_plan(given, chosen, self.backends))
+        running = [(layer.kind, s.chosen.name, s.backend) for layer in planned
+                   for s in (layer.selection, layer.decode_selection) if s is not None]  # both phases' backends
+        return Plan(env, tuple(planned), option_rules.for_plan(given, running, self.backends))
+
+    @staticmethod
+    def _rules_for(overrides: Overrides, prefer: Overrides, name: str, kind: str, phase: str):
+        forced = overrides.for_layer(name, kind, phase) if overrides else None
+        return forced, prefer.all_for_layer(name, kind, phase) if prefer and forced is None else ()
+
+    def _select_phases(self, kind, spec, env, name, overrides, prefer, rules) -> tuple[Selection, Selection | None]:
+        """(the selection of the layer's prefill rows, and of its decode rows where another backend runs them)."""
+        def pick(phase, other=None):
+            return self.select(kind, spec, env, layer=name, overrides=overrides, prefer=prefer, phase=phase,
+                               share_state_with=other)
+
+        if len(rules) == 1 or rules[0] == rules[1]:  # no rule tells the phases apart
+            return pick(PREFILL if len(rules) == 2 else None), None
+        prefill_forced, decode_forced = rules[0][0] is not None, rules[1][0] is not None
+        if decode_forced and not prefill_forced:  # the forced phase leads; the other must share its state
+            decode = pick(DECODE)
+            prefill = pick(PREFILL, decode)
+        else:
+            prefill = pick(PREFILL)
+            decode = pick(DECODE, prefill)
+        return prefill, (None if decode.chosen.name == prefill.chosen.name else decode)
 
     def check_rules_used(self, overrides: Overrides, prefer: Overrides, layers: list[tuple[str | None, str]]) -> None:
         """Every rule must name some of ``layers`` ((name, kind) pairs): a
         forcing rule must pick one's backend, a preference must name one that
         no forcing rule picks. A rule that cannot mean anything is an error
         saying what it could have meant, never silently ignored."""
+        phases = PHASES if overrides.has_phases or prefer.has_phases else (None,)
         if overrides:
-            used = {forced[1] for name, kind in layers if (forced := overrides.for_layer(name, kind))}
+            used = {forced[1] for name, kind in layers for phase in phases
+                    if (forced := overrides.for_layer(name, kind, phase))}
             self._check_rules_used(overrides, used, layers)
         if prefer:
-            named = {rule for name, kind in layers if not (overrides and overrides.for_layer(name, kind))
-                     for _, rule in prefer.all_for_layer(name, kind)}
+            named = {rule for name, kind in layers for phase in phases
+                     if not (overrides and overrides.for_layer(name, kind, phase))
+                     for _, rule in prefer.all_for_layer(name, kind, phase)}
             self._check_rules_used(prefer, named, layers, preferences=True)
 
     def _check_rules_used(self, overrides: Overrides, used: set[str], layers: list[tuple[str | None, str]],
                           preferences: bool = False) -> None:
         planned = [_Named(name, kind) for name, kind in layers]
-        for target, backend in overrides.kind_rules + overrides.layer_rules:
-            rule = f"{target}={backend}"
+        for r in overrides.kind_rules + overrides.layer_rules:
+            target, backend, rule = r.target, r.backend, r.text
             if rule in used:
                 continue
             if preferences:
-                is_kind = (target, backend) in overrides.kind_rules
+                is_kind = r in overrides.kind_rules
                 named = [layer for layer in planned
                          if (layer.kind == target if is_kind
                              else layer.name is not None and fnmatchcase(layer.name, target)
@@ -258,7 +320,7 @@ class Registry:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise UsageError(f"rule {rule!r} names unknown backend {backend!r}{hint} (installed: "
                                  f"{', '.join(sorted(self.backends)) or 'none'})")
-            if (target, backend) in overrides.kind_rules:
+            if r in overrides.kind_rules:
                 kinds = sorted({layer.kind for layer in planned})
                 if target in kinds:
                     raise UsageError(f"rule {rule!r} matches no layer: layer patterns pick every {target} layer "
@@ -294,6 +356,10 @@ class _Named:
 
     def __init__(self, name: str | None, kind: str):
         self.name, self.kind = name, kind
+
+
+def _other_phase(phase: str | None) -> str:
+    return PREFILL if phase == DECODE else DECODE
 
 
 def _lost_to(candidate, winner) -> str:

@@ -90,3 +90,12 @@ class StateSpec:
         if self.block_multiple != 1:
             out["block_multiple"] = self.block_multiple
         return out
+
+
+def describe_state(state: StateSpec) -> str:
+    """A state layout in a few words, for messages: ``paged k_cache [4, 64] float32, ...``."""
+    if not state.tensors:
+        return "no state"
+    tensors = ", ".join(f"{n} {list(t.shape)} {t.dtype}" for n, t in state.tensors)
+    multiple = f" (blocks of a multiple of {state.block_multiple})" if state.block_multiple != 1 else ""
+    return f"{state.layout} {tensors}{multiple}"

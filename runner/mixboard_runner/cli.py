@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from . import check_command, registry_commands, run_commands
+from . import check_command, locking, registry_commands, run_commands, tune
 
 EPILOG = """examples:
   mixboard run                             generate with the built-in demo hybrid (all four kinds)
@@ -23,11 +23,15 @@ EPILOG = """examples:
                                            what would run on a CPU without AVX-512
   mixboard select attention --spec num_heads=32,num_kv_heads=8,head_size=128
   mixboard select mamba2 --backend mamba2=mamba2_torch --json
+  mixboard lock ./model && mixboard run ./model --lock mixboard.lock
+                                           write the plan down, then reproduce it exactly (or say what differs)
+  mixboard tune ./model                    time every eligible backend per layer group and phase; lock the fastest
 
 environment variables:
   MIXBOARD_BACKEND          default for --backend (KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated)
   MIXBOARD_PREFER           default for --prefer (the same rules; preferred where they can serve, not forced)
   MIXBOARD_BACKEND_OPTIONS  default for --backend-option (BACKEND.OPTION=VALUE, comma separated)
+  MIXBOARD_LOCK             default for --lock (run, explain; and mixboard inside vLLM): a lock file to reproduce
   MIXBOARD_PLUGINS          load only these plugins (entry-point names, comma separated)
   MIXBOARD_DISABLE_PLUGINS  skip these plugins
   MIXBOARD_STRICT_PLUGINS   1: any plugin fault is an error (for CI)
@@ -57,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     run_commands.add_commands(commands)
+    locking.add_commands(commands)
+    tune.add_commands(commands)
     registry_commands.add_commands(commands)
     check_command.add_commands(commands)
     _point_json_to_its_page(commands)

@@ -27,12 +27,14 @@ from mixboard.dtypes import DTYPES, torch_dtype
 from mixboard.environment import for_device
 from mixboard.errors import UsageError
 from mixboard.ops.checks import build_builder, build_impl
+from mixboard.ops.phase_split import SplitImpl, StepRows, split_builder
 
 from . import checks
 from .blame import blamed, blaming
 from .cache import DEFAULT_BLOCK_SIZE, CacheManager
 from .host_memory import reuse_freed_memory
 from .loader import build_model, load_model
+from .locking import planned
 from .tokenizer import encode_prompt, load_tokenizer
 from .sampling import SamplingParams, sample
 from .scheduler import Scheduler
@@ -99,7 +101,7 @@ class Engine:
                  backend: str | None = None, prefer: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
                  max_batched_tokens: int = 2048, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None,
                  registry=None, reuse_host_memory: bool = False, allow_nonfinite_weights: bool = False,
-                 backend_options: str | Mapping | None = None):
+                 lock=None, backend_options: str | Mapping | None = None):
         """``reuse_host_memory``: keep large freed blocks in the process's heap
         for reuse (glibc only; see host_memory.py). Off by default: it
         changes the whole process's allocator, which a library must not do
@@ -110,6 +112,10 @@ class Engine:
         --backend`` / ``--prefer`` take them); left None, each takes its
         environment variable ($MIXBOARD_BACKEND, $MIXBOARD_PREFER), as the
         CLI does. Give "" for no rules whatever the environment says.
+        ``lock``: a lock file's path (or a ``mixboard.lock.Lock``) whose choices
+        to reproduce exactly, or fail saying what differs (``mixboard lock``);
+        left None, $MIXBOARD_LOCK; "" for none. Rules and backend options cannot be
+        combined with it (the lock carries the options it was made with).
         ``backend_options`` sets backends' options: text as ``--backend-option``
         takes it (``linear_onednn.layout=as_loaded,...``) or a mapping
         {backend: {option: value}}; None takes $MIXBOARD_BACKEND_OPTIONS."""
@@ -120,6 +126,7 @@ class Engine:
             checks.instance("model", model, (str, os.PathLike), "a folder's path or 'demo'")
         backend = os.environ.get("MIXBOARD_BACKEND") if backend is None else backend
         prefer = os.environ.get("MIXBOARD_PREFER") if prefer is None else prefer
+        lock = (os.environ.get("MIXBOARD_LOCK") or None) if lock is None else (lock or None)
         if backend is not None:
             checks.instance("backend", backend, str, "rules as text (KIND=BACKEND,...)")
         if prefer is not None:
@@ -129,6 +136,10 @@ class Engine:
         if backend_options is not None:
             checks.instance("backend_options", backend_options, (str, Mapping),
                             "text (BACKEND.OPTION=VALUE,...) or {backend: {option: value}}")
+        if lock is not None:
+            from mixboard.lock import Lock
+
+            checks.instance("lock", lock, (str, os.PathLike, Lock), "a lock file's path or a mixboard.lock.Lock")
         cache_memory = checks.integer("cache_memory", cache_memory, 1)
         max_seqs = checks.integer("max_seqs", max_seqs, 1)
         max_batched_tokens = checks.integer("max_batched_tokens", max_batched_tokens, 1)
@@ -142,8 +153,8 @@ class Engine:
             reuse_freed_memory()
         self.registry = registry or get_registry()
         # the plan (strict rules) and the tokenizer first: a mistake in either costs no weight load
-        self.plan = self.registry.plan(build_model(model, dtype).layer_decls(), self.env, backend, prefer,
-                                       backend_options)
+        self.plan = planned(self.registry, build_model(model, dtype).layer_decls(), self.env, backend, prefer, lock,
+                            backend_options)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
         self._owners = {}  # id(impl or builder) -> (backend, layer): whom an error blames
@@ -156,44 +167,65 @@ class Engine:
         self._dropped: list[list[Sequence]] = []
         self._bind_stateful()
 
+    def _impl(self, selection, layer):
+        backend = selection.chosen.name
+        with blaming(backend, layer.name, "making its impl"):
+            impl = build_impl(selection.backend, layer.spec, self.env, layer.name, self.plan.options.get(backend))
+        self._owners[id(impl)] = (backend, layer.name)
+        return impl
+
+    def _split(self, layer, make_impl, rows=None):
+        """A layer split by phase (``mixboard.phases``): its two impls behind one."""
+        prefill, decode = make_impl(layer.selection), make_impl(layer.decode_selection)
+        return SplitImpl(prefill, decode, self.registry.kind(layer.kind).row_inputs, rows)
+
     def _bind_stateless(self) -> None:
         """Layers that keep no state (the dense ops): each impl takes its layer's weights once
-        (``load``) and runs on its inputs alone."""
+        (``load``) and runs on its inputs alone. A layer split by phase has an impl per phase, each
+        with its own copy of the weights."""
         modules = self.model.layers()
+        self._rows = StepRows()  # a split op's cut, set every step
         for layer in self.plan.layers:
             if layer.selection.state_spec.tensors:
                 continue
-            with blaming(layer.backend, layer.name, "making its impl"):
-                impl = build_impl(layer.selection.backend, layer.spec, self.env, layer.name,
-                                  self.plan.options.get(layer.backend))
-            with blaming(layer.backend, layer.name, "loading its weights"):
-                modules[layer.name].bind(impl)
-            self._owners[id(impl)] = (layer.backend, layer.name)
+
+            def loaded(selection, layer=layer):
+                impl = self._impl(selection, layer)
+                with blaming(selection.chosen.name, layer.name, "loading its weights"):
+                    modules[layer.name].load_into(impl)
+                return impl
+
+            impl = self._split(layer, loaded, self._rows) if layer.split else loaded(layer.selection)
+            modules[layer.name].bind(impl)
 
     def _bind_stateful(self) -> None:
         """Layers that keep state: an impl per layer, its pools, and one builder per
-        (backend, spec) that makes the step's metadata for its layers."""
+        (backend, spec) that makes the step's metadata for its layers (per pair of them, for
+        layers split by phase)."""
         builders: dict[tuple, int] = {}
         self.builders = []
         self.runtimes = {}
         for layer in self.plan.layers:
             if not layer.selection.state_spec.tensors:
                 continue
-            backend = layer.selection.backend
-            key = (layer.backend, layer.spec)
+            key = (layer.backend, layer.decode_backend, layer.spec)
             if key not in builders:
-                with blaming(layer.backend, layer.name, "making its builder"):
-                    builders[key] = len(self.builders)
-                    self.builders.append(build_builder(backend, layer.spec, self.env,
-                                                       self.plan.options.get(layer.backend)))
-                built = self.builders[-1]
-                for owner in (built, getattr(built, "__self__", None)):  # an object, or a bound method's object
-                    if owner is not None:
-                        self._owners[id(owner)] = (layer.backend, layer.name)
-            with blaming(layer.backend, layer.name, "making its impl"):
-                impl = build_impl(backend, layer.spec, self.env, layer.name, self.plan.options.get(layer.backend))
-            self._owners[id(impl)] = (layer.backend, layer.name)
+                builders[key] = len(self.builders)
+                build = self._builder(layer.selection, layer)
+                if layer.split:
+                    build = split_builder(build, self._builder(layer.decode_selection, layer))
+                self.builders.append(build)
+            impl = self._split(layer, lambda s: self._impl(s, layer)) if layer.split else self._impl(layer.selection, layer)
             self.runtimes[layer.name] = (impl, self.cache.pools[layer.name], builders[key])
+
+    def _builder(self, selection, layer):
+        backend = selection.chosen.name
+        with blaming(backend, layer.name, "making its builder"):
+            built = build_builder(selection.backend, layer.spec, self.env, self.plan.options.get(backend))
+        for owner in (built, getattr(built, "__self__", None)):  # an object, or a bound method's object
+            if owner is not None:
+                self._owners[id(owner)] = (backend, layer.name)
+        return built
 
     # -- limits ----------------------------------------------------------
     @property
@@ -233,6 +265,7 @@ class Engine:
             [n for _, n in batch], [s.num_computed for s, _ in batch],
             [s.slot if s.slot is not None else 0 for s, _ in batch], [s.blocks for s, _ in batch],
             self.cache.block_size, self.device)
+        self._rows.num_decodes = common.num_decodes
         step = StepContext(self.runtimes, [build(common) for build in self.builders])
         # every row is wanted (scoring, or a decode-only step): no gather
         rows = None if all_logits or len(last) == len(ids) else torch.tensor(last, dtype=torch.int64,

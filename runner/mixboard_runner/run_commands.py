@@ -36,7 +36,7 @@ def add_commands(commands) -> None:
     p.add_argument("--top-k", type=int, default=None, metavar="K", help="top-k sampling (needs temperature > 0)")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed (needs temperature > 0)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
-    _add_common(p)
+    _add_common(p, lock=True)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--cache-memory", default="512MiB", metavar="SIZE",
                    help="memory for the state pools, e.g. 256MiB, 2GiB, or bytes (default 512MiB)")
@@ -56,7 +56,7 @@ def add_commands(commands) -> None:
                "  mixboard explain ./my-hybrid --backend 'model.layers.3.*=sdpa'  block 3's attention alone\n\n"
                + environment_flags.EPILOG, formatter_class=_raw())
     p.add_argument("model", nargs="?", default="demo", metavar="MODEL", help=MODEL_HELP)
-    _add_common(p)
+    _add_common(p, lock=True)
     environment_flags.add_flags(p, device=False)
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--json", action="store_true", help="print a JSON object (stable contract)")
@@ -69,8 +69,8 @@ def _raw():
     return argparse.RawDescriptionHelpFormatter
 
 
-def _add_common(p) -> None:
-    rule_flags.add_flags(p)
+def _add_common(p, lock: bool = False) -> None:
+    rule_flags.add_flags(p, lock)
     option_flags.add_flag(p)
     p.add_argument("--device", default=None, help="torch device (run: the device to run on, default cpu; explain: "
                                                   "simulate this device type, default this machine)")
@@ -82,17 +82,25 @@ def explain_dict(plan) -> dict:
     that got the same backend for the same reasons."""
     data = plan.to_dict()
     data["layers"] = [{k: v for k, v in layer.items() if k != "spec"} for layer in data["layers"]]
-    data["choices"] = [{"kind": c.kind, "backend": c.backend, "rule": c.rule, "preferred_by": c.preferred_by,
-                        "layers": c.names, "rejected": {n: list(r) for n, r in c.rejected}} for c in choices(plan)]
+    data["choices"] = [{"kind": c.kind, "phase": c.phase, "backend": c.backend, "rule": c.rule,
+                        "preferred_by": c.preferred_by, "layers": c.names,
+                        "rejected": {n: list(r) for n, r in c.rejected}} for c in choices(plan)]
     return data
 
 
 class Choice:
-    """Layers of one kind that got one backend for the same reasons."""
+    """Layers of one kind that got one backend for the same reasons (for one phase of their rows,
+    where ``phase`` is set: layers split by phase)."""
 
-    def __init__(self, kind, backend, rule, preferred_by, rejected):
-        self.kind, self.backend, self.rule, self.preferred_by, self.rejected = kind, backend, rule, preferred_by, rejected
+    def __init__(self, kind, phase, backend, rule, preferred_by, rejected):
+        self.kind, self.phase, self.backend, self.rule = kind, phase, backend, rule
+        self.preferred_by, self.rejected = preferred_by, rejected
         self.names: list[str] = []
+
+    @property
+    def target(self) -> str:
+        """The kind, with the phase as rules write it (``attention@decode``)."""
+        return f"{self.kind}@{self.phase}" if self.phase else self.kind
 
 
 def products(plan) -> str:
@@ -104,25 +112,34 @@ def choices(plan) -> list[Choice]:
     """The plan's layers grouped by (kind, backend, rule, reasons), in order of first appearance."""
     found: dict[tuple, Choice] = {}
     for layer in plan.layers:
-        s = layer.selection
-        key = (layer.kind, layer.backend, s.rule, s.preferred_by, tuple(layer.rejected.items()))
-        choice = found.get(key)
-        if choice is None:
-            choice = found[key] = Choice(*key)
-        choice.names.append(layer.name)
+        phases = ((None, layer.selection),) if not layer.split else (
+            ("prefill", layer.selection), ("decode", layer.decode_selection))
+        for phase, s in phases:
+            key = (layer.kind, phase, s.chosen.name, s.rule, s.preferred_by, tuple(s.rejected.items()))
+            choice = found.get(key)
+            if choice is None:
+                choice = found[key] = Choice(*key)
+            choice.names.append(layer.name)
     return list(found.values())
+
+
+def group_backend(group) -> str:
+    return group.backend if group.decode_backend is None else f"{group.backend} (prefill), {group.decode_backend} (decode)"
 
 
 def print_plan(plan, verbose: bool) -> None:
     print(f"plan {plan.fingerprint} on {plan.environment}: {len(plan.layers)} layers in {len(plan.groups)} groups")
-    rows = [[g.kind, g.backend, str(len(g.layers)), names_of(g.layers)] for g in plan.groups]
+    rows = [[g.kind, group_backend(g), str(len(g.layers)), names_of(g.layers)] for g in plan.groups]
     print(render(["kind", "backend", "layers", "names"], rows))
     if plan.options:  # every option of the backends used that declare any: what ran, defaults included
         print("backend options: " + option_flags.text(plan.options))
     if verbose:
         for layer in plan.layers:
             for name, reasons in layer.rejected.items():
-                print(f"  {layer.name}: not {name}: {'; '.join(reasons)}")
+                print(f"  {layer.name}{' (prefill)' if layer.split else ''}: not {name}: {'; '.join(reasons)}")
+            if layer.split:
+                for name, reasons in layer.decode_selection.rejected.items():
+                    print(f"  {layer.name} (decode): not {name}: {'; '.join(reasons)}")
 
 
 def names_of(names) -> str:
@@ -142,12 +159,13 @@ def cmd_explain(args) -> int:
     from mixboard import get_registry
 
     from .loader import build_model
+    from .locking import planned
 
     model = build_model(args.model, args.dtype)
     env, notes = environment_flags.resolve(args)
     registry = get_registry()
-    plan = registry.plan(model.layer_decls(), env, registry.parse_overrides(rule_flags.forced(args)),
-                         registry.parse_preferences(rule_flags.preferred(args)), option_flags.given(args))
+    plan = planned(registry, model.layer_decls(), env, rule_flags.forced(args), rule_flags.preferred(args),
+                   rule_flags.locked(args), option_flags.given(args))
     if args.json:
         print(json.dumps(explain_dict(plan), indent=2))
         return 0
@@ -159,7 +177,7 @@ def cmd_explain(args) -> int:
     for c in choices(plan):
         rejected = "; ".join(f"{n}: {', '.join(r)}" for n, r in c.rejected) or "-"
         how = " (forced)" if c.rule else " (preferred)" if c.preferred_by else ""
-        rows.append([names_of(c.names), str(len(c.names)), c.kind, c.backend + how, rejected])
+        rows.append([names_of(c.names), str(len(c.names)), c.target, c.backend + how, rejected])
     print(render(["layers", "count", "kind", "backend", "rejected"], rows))
     return 0
 
@@ -198,7 +216,8 @@ def cmd_run(args) -> int:
                             top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed,
                             ignore_eos=args.ignore_eos)
     engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=rule_flags.forced(args),
-                    prefer=rule_flags.preferred(args), backend_options=option_flags.given(args) or "",
+                    prefer=rule_flags.preferred(args), lock=rule_flags.locked(args) or "",
+                    backend_options=option_flags.given(args) or "",
                     cache_memory=parse_size(args.cache_memory), allow_nonfinite_weights=args.allow_nonfinite_weights,
                     reuse_host_memory=True)  # the whole program: its allocator is ours to tune
     prompts: list = [parse_ids(t) for t in args.prompt_ids] + list(args.prompt)

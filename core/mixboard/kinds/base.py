@@ -178,17 +178,22 @@ class Kind:
     ``"module:NAME"`` it lives at, imported only when the kit runs (so that
     listing and planning never import the kit or torch): with it,
     ``mixboard check`` and ``pytest --mixboard-backend`` serve the kind's
-    backends. (A plain class, like the weights records below: a dataclass
+    backends. ``row_inputs``: for each entry point of the impl (``forward``,
+    an embedding's ``logits``), how many of its leading arguments are
+    per-row tensors ``[T, ...]`` (or None); with it, a runner can run a
+    layer's decode rows and its prefill rows through two backends
+    (``mixboard.phases``) without knowing the kind. (A plain class, like the weights records below: a dataclass
     costs about a millisecond at import, and every planning process imports
     these.)
     """
 
-    __slots__ = ("name", "spec", "impl", "state_spec", "description", "install_hint", "conformance")
+    __slots__ = ("name", "spec", "impl", "state_spec", "description", "install_hint", "conformance", "row_inputs")
 
     def __init__(self, name: str, spec: type, impl: type, state_spec: Callable[[Any], StateSpec], description: str,
-                 install_hint: str = "", conformance: Any = None):
+                 install_hint: str = "", conformance: Any = None, row_inputs: dict[str, int] | None = None):
         self.name, self.spec, self.impl, self.state_spec = name, spec, impl, state_spec
         self.description, self.install_hint, self.conformance = description, install_hint, conformance
+        self.row_inputs = dict(row_inputs or {})
 
     def default_spec(self):
         return self.spec()

@@ -1,5 +1,7 @@
 """Attention-only model (llama): every attention layer on the backend its rule or priority picks."""
 
+import re
+
 from harness import ok, run
 
 RULES = "model.layers.0.*=acme_attn,model.layers.2.*=sdpa"
@@ -24,6 +26,17 @@ def test_forced_backend_that_cannot_serve_fails_start_up_with_its_reasons(workdi
     assert "backend 'flash_attn' is forced by rule 'attention=flash_attn' but cannot serve layer " \
            "'model.layers.0.self_attn.attn'" in r.log, r.log[-3000:]
     assert "runs on cuda" in r.log  # its reasons, not a fallback to another backend
+
+
+def test_a_phase_rule_runs_decode_rows_and_prefill_rows_on_their_own_backends(workdir, checkpoint, native):
+    r = ok(run(workdir, "llama_phases", checkpoint("llama"), {"MIXBOARD_BACKEND": "attention@decode=sdpa"}))
+    assert r.ids == native("llama")
+    assert r.mixed_steps(), "no step mixed decodes and prefills: the prompts no longer test that"
+    for i in range(3):
+        assert re.search(rf"model\.layers\.{i}\.self_attn\.attn\s+attention@prefill\s+sdpa_cpu\s+highest priority",
+                         r.log), r.log[-3000:]
+        assert re.search(rf"model\.layers\.{i}\.self_attn\.attn\s+attention@decode\s+sdpa\s+forced by "
+                         r"attention@decode=sdpa", r.log), r.log[-3000:]
 
 
 def test_backend_options_reach_the_backend_and_the_fingerprint(workdir, checkpoint, native):

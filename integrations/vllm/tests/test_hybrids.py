@@ -56,3 +56,41 @@ def test_hybrid_with_prefix_caching_and_layer_rules(workdir, checkpoint, native)
     }
     # the sixth prompt (78 tokens) shares 70 with the fourth: vLLM (64-token blocks here) finds 64 cached
     assert prefix_hit(r.steps, 64, 14), "no prefix-cache hit: the prompts or vLLM's block size changed"
+
+
+def test_a_hybrid_split_by_phase(workdir, checkpoint, native):
+    """mamba2's prefill rows on the portable backend, its decode rows on mamba2_cpu, one state
+    between them; attention the other way round."""
+    rules = "mamba2@prefill=mamba2_torch,attention@decode=sdpa"
+    r = ok(run(workdir, "granite_hybrid_phases", checkpoint("granite_hybrid"), {"MIXBOARD_BACKEND": rules}))
+    assert r.ids == native("granite_hybrid")
+    assert r.mixed_steps(), "no step mixed decodes and prefills: the prompts no longer test that"
+    assert re.search(r"model\.layers\.0\.mixer\s+mamba2@prefill\s+mamba2_torch\s+forced", r.log), r.log[-3000:]
+    assert re.search(r"model\.layers\.0\.mixer\s+mamba2@decode\s+mamba2_cpu\s+highest", r.log), r.log[-3000:]
+    assert re.search(r"model\.layers\.1\.self_attn\.attn\s+attention@decode\s+sdpa\s+forced", r.log), r.log[-3000:]
+
+
+def test_vllm_honours_a_lock_and_refuses_one_it_cannot_reproduce(workdir, checkpoint, native):
+    """A lock written by mixboard's own CLI for the checkpoint: vLLM runs its mixers as locked (the
+    runner's ``...self_attn`` is vLLM's ``...self_attn.attn``), or refuses to start, saying why."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = checkpoint("granite_hybrid")
+    lock = os.path.join(workdir, "granite.lock")
+    subprocess.run([sys.executable, "-m", "mixboard_runner", "lock", path, "--backend",
+                    "attention@decode=sdpa,mamba2=mamba2_torch", "-o", lock, "--force"], check=True,
+                   capture_output=True, env={k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")})
+    r = ok(run(workdir, "granite_hybrid_lock", path, {"MIXBOARD_LOCK": lock}))
+    assert r.ids == native("granite_hybrid")
+    assert re.search(r"model\.layers\.0\.mixer\s+mamba2\s+mamba2_torch\s+forced by lock", r.log), r.log[-3000:]
+    assert re.search(r"model\.layers\.1\.self_attn\.attn\s+attention@decode\s+sdpa\s+forced by lock", r.log), \
+        r.log[-3000:]
+    data = json.load(open(lock))
+    data["backends"]["mamba2_torch"]["version"] = "0.0.1"
+    json.dump(data, open(lock, "w"))
+    r = run(workdir, "granite_hybrid_lock_stale", path, {"MIXBOARD_LOCK": lock})
+    assert r.rc != 0 and "cannot be reproduced here" in r.log, r.log[-3000:]
+    assert "mixboard-mamba2 0.0.1 in the lock" in r.log

@@ -2,9 +2,10 @@
 hold the checkpoint's tensors until the engine binds the chosen backend's
 impl, then call it. One entry point per op; what runs is the plan's choice.
 
-Binding (``Op.bind``) hands the op's weights to the impl once
-(``impl.load``) and drops the module's own parameters: the impl's copy, as
-it is or re-laid, is then the only one. It also points the op's ``forward``
+The engine hands the op's weights to its impl once (``Op.load_into``:
+``impl.load``), then binds it (``Op.bind``), which drops the module's own
+parameters: the impl's copy, as it is or re-laid, is then the only one
+(two impls' copies, in an op split by phase). Binding also points the op's ``forward``
 at the impl's, and calling an op skips ``nn.Module``'s call machinery (ops
 take no hooks): a decode step makes a few calls per block, and this is the
 one place their Python cost is cut (``benchmarks/README.md``, issue 16)."""
@@ -36,11 +37,15 @@ class Op(nn.Module):
         """The weights record ``impl.load`` takes, from the loaded parameters (None: the op has none)."""
         return None
 
-    def bind(self, impl) -> None:
+    def load_into(self, impl) -> None:
+        """Hand the op's weights to ``impl`` (``impl.load``); ``bind`` then drops the op's own."""
         record = self.weights()
         if record is not None:
             impl.load(record)
-            self.release()
+
+    def bind(self, impl) -> None:
+        """Run ``impl`` from now on (its weights already loaded, ``load_into``)."""
+        self.release()
         self.impl = impl
         self.forward = impl.forward  # an instance attribute: the subclass's forward only documents the call
 

@@ -83,7 +83,7 @@ class ProcessPlan:
         from mixboard import get_registry
         from mixboard.environment import for_device
         from mixboard.errors import MixboardError
-        from mixboard.ops.checks import build_builder, build_impl
+        from mixboard.ops.phase_split import SplitImpl, split_builder
 
         from . import strict
 
@@ -110,9 +110,7 @@ class ProcessPlan:
                 "or (on CUDA) vLLM was not started with --attention-backend CUSTOM; set MIXBOARD_VLLM=0 "
                 "to let vLLM run the whole model")
         try:
-            self.plan = registry.plan(layers, self.env, os.environ.get("MIXBOARD_BACKEND") or None,
-                                      os.environ.get("MIXBOARD_PREFER") or None,
-                                      os.environ.get("MIXBOARD_BACKEND_OPTIONS") or None)
+            self.plan = _planned(registry, layers, self.env)
         except MixboardError as exc:
             raise StartupError(f"mixboard-vllm: {exc}") from None
         state.check_paged_layout(self.plan)
@@ -121,21 +119,63 @@ class ProcessPlan:
         self.bound: dict[str, Bound] = {}
         for gid, group in enumerate(self.plan.groups):
             first = self.plan.layer(group.layers[0])
-            cls, options = first.selection.chosen.cls, self.plan.options.get(first.backend)
-            self.builders.append(build_builder(cls, first.spec, self.env, options))
+            build = self._builder(first.selection, first.spec)
+            if first.split:  # each phase's rows through its own backend (mixboard.phases)
+                build = split_builder(build, self._builder(first.decode_selection, first.spec))
+            self.builders.append(build)
             for lname in group.layers:
                 lp = self.plan.layer(lname)
-                self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend,
-                                          build_impl(cls, lp.spec, self.env, lname, options), gid, group.state_spec)
+                impl = self._impl(lp.selection, lp)
+                if lp.split:
+                    impl = SplitImpl(impl, self._impl(lp.decode_selection, lp), registry.kind(lp.kind).row_inputs)
+                self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, impl, gid, group.state_spec)
         init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms):\n%s",
                  self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
                  len(self.plan.groups), (time.perf_counter() - t0) * 1e3, table.render(self.plan))
+
+    def _builder(self, selection, spec):
+        """A backend's builder, with the plan's values of its options (build_builder)."""
+        from mixboard.ops.checks import build_builder
+
+        return build_builder(selection.backend, spec, self.env, self.plan.options.get(selection.chosen.name))
+
+    def _impl(self, selection, layer):
+        from mixboard.ops.checks import build_impl
+
+        options = self.plan.options.get(selection.chosen.name)
+        return build_impl(selection.backend, layer.spec, self.env, layer.name, options)
 
     def layer(self, name: str) -> Bound:
         try:
             return self.bound[name]
         except KeyError:
             raise StartupError(f"mixboard-vllm: layer {name!r} is not in this process's plan") from None
+
+
+def _planned(registry, layers, env):
+    """The mixers' plan: by the rules, or exactly a lock's ($MIXBOARD_LOCK, `mixboard lock`). A lock
+    written by mixboard's runner names an attention layer as its module (``...self_attn``), which vLLM
+    names by its ``Attention`` child (``...self_attn.attn``); its dense ops are vLLM's own here."""
+    backend, prefer = os.environ.get("MIXBOARD_BACKEND") or None, os.environ.get("MIXBOARD_PREFER") or None
+    options = os.environ.get("MIXBOARD_BACKEND_OPTIONS") or None
+    path = os.environ.get("MIXBOARD_LOCK") or None
+    if path is None:
+        return registry.plan(layers, env, backend, prefer, options)
+    from mixboard.errors import UsageError
+    from mixboard.lock import Lock
+
+    if backend or prefer or options:
+        raise UsageError("MIXBOARD_LOCK fixes every layer's backends and their options: unset MIXBOARD_BACKEND, "
+                         "MIXBOARD_PREFER and MIXBOARD_BACKEND_OPTIONS")
+    lock = Lock.read(path)
+
+    def rename(name: str) -> str:
+        return name if name in lock.choices or not name.endswith(".attn") else name.removesuffix(".attn")
+
+    lock.refuse(lock.differences(registry, env, layers, rename, partial=True))
+    plan = registry.plan(layers, env, lock.rules(rename), options=lock.options_for(layers, rename))
+    lock.refuse(lock.check_plan(plan, fingerprint=False, partial=True))
+    return plan
 
 
 def init_log():

@@ -1,0 +1,171 @@
+"""Lock files: `mixboard lock` writes a plan down; a run with it reproduces the plan exactly, or
+fails naming every difference (a backend not installed, another plugin version, another device,
+another model)."""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from checkpoints import make_checkpoint
+from distfactory import write_distribution
+from mixboard.errors import UsageError
+from mixboard.lock import Lock, LockMismatch
+from mixboard_runner.engine import Engine
+from mixboard_runner.sampling import SamplingParams
+
+SPLIT = "attention@decode=sdpa,mamba2@prefill=mamba2_torch"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    made = {}
+    for model in ("bamba", "mamba"):
+        made[model] = tmp_path_factory.mktemp(model)
+        make_checkpoint(model, made[model])
+    return made
+
+
+def mixboard(*args, site=None, status=0):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")}
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
+    out = subprocess.run([sys.executable, "-m", "mixboard_runner", *map(str, args)], capture_output=True, text=True,
+                         env=env)
+    assert out.returncode == status, (args, out.returncode, out.stderr[-2000:])
+    return out
+
+
+def choices(plan):
+    return [(layer.name, layer.backend, layer.decode_backend) for layer in plan.layers]
+
+
+def greedy(engine):
+    torch.manual_seed(4)
+    prompts = [torch.randint(0, 160, (n,)).tolist() for n in (7, 3, 12)]
+    return [o.output_ids for o in engine.generate(prompts, SamplingParams(max_tokens=5, ignore_eos=True))]
+
+
+def test_a_lock_round_trips_the_plan_and_the_outputs(models, tmp_path):
+    path = tmp_path / "bamba.lock"
+    summary = json.loads(mixboard("lock", models["bamba"], "--backend", SPLIT, "-o", path, "--json").stdout)
+    ruled = Engine(models["bamba"], backend=SPLIT, prefer="", lock="")
+    locked = Engine(models["bamba"], backend="", prefer="", lock=path)
+    assert summary["fingerprint"] == ruled.plan.fingerprint == locked.plan.fingerprint
+    assert choices(locked.plan) == choices(ruled.plan)
+    assert summary["split_by_phase"] == sum(layer.split for layer in locked.plan.layers) == 4
+    assert all(layer.selection.rule == "lock bamba.lock" for layer in locked.plan.layers)
+    assert greedy(locked) == greedy(ruled)
+    # the CLI reads it too, and $MIXBOARD_LOCK is --lock's default
+    data = json.loads(mixboard("explain", models["bamba"], "--lock", path, "--json").stdout)
+    assert data["fingerprint"] == summary["fingerprint"]
+    written = json.loads(path.read_text())
+    assert written["made_by"] == "mixboard lock" and written["model"]["model_type"] == "bamba"
+    assert {g["kind"]: (g["prefill"], g["decode"]) for g in written["groups"]}["attention"] == ("sdpa_cpu", "sdpa")
+
+
+def edited(path, tmp_path, change) -> str:
+    data = json.loads(path.read_text())
+    change(data)
+    out = tmp_path / "edited.lock"
+    out.write_text(json.dumps(data))
+    return str(out)
+
+
+def mismatch(model, lock) -> str:
+    with pytest.raises(LockMismatch) as err:
+        Engine(model, backend="", prefer="", lock=lock)
+    return str(err.value)
+
+
+def test_every_kind_of_difference_fails_with_its_reason(models, tmp_path):
+    path = tmp_path / "bamba.lock"
+    mixboard("lock", models["bamba"], "-o", path)
+
+    def ghost(data):
+        for group in data["groups"]:
+            if group["kind"] == "attention":
+                group["decode"] = "ghost_attn"
+        data["backends"]["ghost_attn"] = {"distribution": "acme-ghost", "version": "2.0"}
+    assert "backend 'ghost_attn' is not installed (the lock's came from acme-ghost 2.0)" in mismatch(
+        models["bamba"], edited(path, tmp_path, ghost))
+
+    def older(data):
+        data["backends"]["sdpa_cpu"]["version"] = "0.0.1"
+    assert "mixboard-sdpa 0.0.1 in the lock, mixboard-sdpa " in mismatch(models["bamba"], edited(path, tmp_path, older))
+
+    def gpu(data):
+        data["environment"].update(device="cuda", arch="sm_90", capability="9.0", runtime="cuda")
+    assert "the environment differs: arch 'sm_90' in the lock, None here" in mismatch(
+        models["bamba"], edited(path, tmp_path, gpu))
+
+    message = mismatch(models["mamba"], str(path))
+    assert "layers not in the lock: backbone.embeddings, backbone.layers.0.norm, backbone.layers.0.mixer and" in message
+    assert "locked layers this model does not have: model.embed_tokens" in message
+
+    def another_spec(data):
+        data["fingerprint"] = "0123456789abcdef"
+    assert "the plan's fingerprint is" in mismatch(models["bamba"], edited(path, tmp_path, another_spec))
+
+    with pytest.raises(UsageError, match="a lock fixes every layer's backends"):
+        Engine(models["bamba"], backend="attention=sdpa", prefer="", lock=path)
+
+
+def test_a_lock_made_for_another_machine_says_so(models, tmp_path):
+    path = tmp_path / "h100.lock"
+    mixboard("lock", models["bamba"], "--arch", "sm_90", "-o", path)
+    err = mixboard("run", models["bamba"], "--lock", path, "--prompt-ids", "1,2", status=2).stderr
+    assert "cannot be reproduced here:" in err and "device 'cuda' in the lock, 'cpu' here" in err
+
+
+def test_an_upgraded_plugin_is_a_difference(models, tmp_path):
+    """A real installed distribution, locked at 1.0, then replaced by 1.1."""
+    plugin = """
+        from mixboard import hookimpl
+        from mixboard_sdpa.backend import SdpaAttention
+
+        class LockableAttention(SdpaAttention):
+            name, kind, priority, devices, dtypes, api_version = "lockable_attn", "attention", 90, ("*",), ("float32",), 1
+
+        @hookimpl
+        def mixboard_backends():
+            return [LockableAttention]
+    """
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_distribution(old, "acme-lockable", "1.0", {"lockable": "lockable"}, {"lockable.py": plugin})
+    write_distribution(new, "acme-lockable", "1.1", {"lockable": "lockable"}, {"lockable.py": plugin})
+    path = tmp_path / "lockable.lock"
+    mixboard("lock", models["bamba"], "-o", path, site=old)
+    assert json.loads(path.read_text())["backends"]["lockable_attn"] == {"distribution": "acme-lockable",
+                                                                          "version": "1.0"}
+    mixboard("explain", models["bamba"], "--lock", path, site=old)  # the same install reproduces it
+    err = mixboard("explain", models["bamba"], "--lock", path, site=new, status=2).stderr
+    assert "acme-lockable 1.0 in the lock, acme-lockable 1.1 here (lockable_attn)" in err
+    err = mixboard("explain", models["bamba"], "--lock", path, status=2).stderr
+    assert "backend 'lockable_attn' is not installed (the lock's came from acme-lockable 1.0)" in err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not json", "not a mixboard lock (not JSON"),
+    ('{"groups": []}', "not a mixboard lock (no lock_version)"),
+    ('{"lock_version": 9}', "lock format 9; this mixboard reads format 1"),
+    ('{"lock_version": 1, "groups": {}}', "'groups' missing or not a list"),
+])
+def test_a_file_that_is_not_a_lock_is_refused_in_one_line(tmp_path, text, message):
+    path = tmp_path / "bad.lock"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        Lock.read(path)
+
+
+def test_lock_will_not_overwrite_a_file_unasked(models, tmp_path):
+    path = tmp_path / "x.lock"
+    path.write_text("keep")
+    err = mixboard("lock", models["bamba"], "-o", path, status=2).stderr
+    assert "exists: give --force to overwrite it" in err and path.read_text() == "keep"
