@@ -59,6 +59,7 @@ RUNS = {
     "mixboard check --json": [
         (["check", "short_conv_torch", "--case", "ragged_prefill", "--json"], 0),
         (["check", "flash_attn", "--case", "ragged_prefill", "--allow-skip", "--json"], 0),
+        (["check", "linear_onednn", "--case", "rows", "--each-choice", "--json"], 0),
     ],
 }
 # A run marked "vendor" also sees this plugin (beside the first-party ones): it defines a kind and describes

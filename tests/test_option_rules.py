@@ -178,3 +178,10 @@ def test_a_subclass_whose_override_takes_no_options_runs_only_on_the_defaults(re
     with pytest.raises(MixboardError, match=r"backend 'tiled_own' is given options \{'tile': 128\}, but its "
                                             r"make_impl does not take `options`"):
         build_impl(own, AttentionSpec(), CPU, "x", {"tile": 128})
+
+
+def test_the_choices_to_check_are_the_defaults_then_each_other_choice_alone(registry):
+    from mixboard.testing.conformance import choice_variants
+
+    assert choice_variants(registry.backends["tiled_attn"].cls) == [{}, {"tile": 32}, {"tile": 128}, {"mode": "exact"}]
+    assert choice_variants(registry.backends["plain_attn"].cls) == [{}]

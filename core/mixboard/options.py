@@ -161,6 +161,13 @@ def defaults(backend: type) -> OptionValues:
     return OptionValues({o.name: o.coerce(o.default) for o in getattr(backend, "options", ())})
 
 
+def choice_variants(backend: type) -> list[dict[str, Any]]:
+    """The option values to check ``backend`` with: ``{}`` (every default) first, then each other
+    choice of each option that declares choices, alone (the rest at their defaults). What
+    ``mixboard check --each-choice`` runs; a vendor's tests may parametrize over it."""
+    return [{}] + [{o.name: c} for o in getattr(backend, "options", ()) for c in (o.choices or ()) if c != o.default]
+
+
 def declaration_problem(backend: type) -> str | None:
     """Why ``backend.options`` is not a valid declaration (the plugin loader's check), or None."""
     options = getattr(backend, "options", ())

@@ -70,6 +70,8 @@ def record_options(name):
      "--backend-option names backend 'sdpa', but this checks 'linear_onednn': give linear_onednn.OPTION=VALUE"),
     (("check", "linear_onednn", "--backend-option", "linear_onednn.layout=blocked"),
      "layout takes one of packed, as_loaded, column_major, not 'blocked'"),
+    (("check", "linear_onednn", "--each-choice", "--backend-option", "linear_onednn.layout=packed"),
+     "--each-choice runs every choice in turn: give it without --backend-option"),
 ])
 def test_a_bad_option_is_one_line_and_status_2(args, message):
     out = mixboard(*args)
@@ -120,3 +122,16 @@ def test_check_runs_the_kit_on_the_value_given():
     out = mixboard("check", "linear_onednn", "--case", "rows",
                    env={"MIXBOARD_BACKEND_OPTIONS": "sdpa.decode_chunk_mib=1"})
     assert out.returncode == 0 and "options linear_onednn.layout=packed" in out.stdout.splitlines()[0]
+
+
+def test_check_each_choice_runs_the_cases_on_every_layout_in_turn():
+    records = json_of("check", "linear_onednn", "--case", "rows", "--each-choice", "--json")
+    assert [(r["case"], r["options"], r["status"]) for r in records] == [
+        ("rows[float32]", {"layout": layout}, "pass") for layout in ("packed", "as_loaded", "column_major")]
+    out = mixboard("check", "linear_onednn", "--case", "rows", "--each-choice")
+    assert out.returncode == 0, out.stderr
+    headers = [line for line in out.stdout.splitlines() if line.startswith("mixboard check linear_onednn")]
+    assert [h.rsplit("layout=", 1)[1] for h in headers] == ["packed", "as_loaded", "column_major"]
+    # a backend without options: its defaults alone, once
+    assert len(json_of("check", "sdpa_cpu", "--case", "ragged_prefill", "--dtype", "float32", "--each-choice",
+                       "--json")) == 1
