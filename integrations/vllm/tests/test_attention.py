@@ -56,3 +56,29 @@ def test_an_option_for_a_backend_vllm_does_not_run_fails_start_up(workdir, check
     assert r.rc != 0 and r.ids is None
     assert "names backend 'linear_onednn', which no layer of this model runs: this model has no linear layers" \
         in r.log, r.log[-3000:]
+
+
+def test_vllm_runs_a_locks_backend_options(workdir, checkpoint, native):
+    """A lock with backend options, written by mixboard's runner: vLLM runs its mixers with the lock's
+    options of their backends (sdpa's here), and leaves those of the runner's dense ops (linear_onednn's)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = checkpoint("llama")
+    lock = os.path.join(workdir, "llama_options.lock")
+    made = subprocess.run([sys.executable, "-m", "mixboard_runner", "lock", path, "--backend",
+                           "attention=sdpa,linear=linear_onednn", "--backend-option",
+                           "sdpa.decode_chunk_mib=8,linear_onednn.layout=as_loaded", "-o", lock, "--force"],
+                          capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")})
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert json.load(open(lock))["options"] == {"linear_onednn": {"layout": "as_loaded"},
+                                                "sdpa": {"decode_chunk_mib": 8}}
+    r = ok(run(workdir, "llama_lock_options", path, {"MIXBOARD_LOCK": lock}))
+    assert r.ids == native("llama")
+    assert re.search(r"model\.layers\.0\.self_attn\.attn\s+attention\s+sdpa\s+forced by lock", r.log), r.log[-3000:]
+    r = run(workdir, "llama_lock_and_options", path, {"MIXBOARD_LOCK": lock,
+                                                      "MIXBOARD_BACKEND_OPTIONS": "sdpa.decode_chunk_mib=16"})
+    assert r.rc != 0 and "unset MIXBOARD_BACKEND, MIXBOARD_PREFER and MIXBOARD_BACKEND_OPTIONS" in r.log, r.log[-3000:]
