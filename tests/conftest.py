@@ -21,7 +21,8 @@ def pytest_sessionstart(session):
 def distributions(tmp_path, monkeypatch):
     """Make real distributions on a fresh sys.path entry; ``.load()`` loads
     exactly their plugins through mixboard's entry-point loader."""
-    for var in ("MIXBOARD_PLUGINS", "MIXBOARD_DISABLE_PLUGINS", "MIXBOARD_STRICT_PLUGINS", "MIXBOARD_BACKEND"):
+    for var in ("MIXBOARD_PLUGINS", "MIXBOARD_DISABLE_PLUGINS", "MIXBOARD_STRICT_PLUGINS", "MIXBOARD_BACKEND",
+                "MIXBOARD_BACKEND_OPTIONS"):
         monkeypatch.delenv(var, raising=False)
     root = tmp_path / f"site{next(_counter)}"
     root.mkdir()

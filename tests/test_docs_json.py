@@ -28,6 +28,7 @@ RUNS = {
     "mixboard backends --json": [
         (["backends", "--json"], 0),
         (["backends", "--device", "cuda", "--capability", "9.0", "--dtype", "bfloat16", "--json"], 0),
+        (["backends", "linear_onednn", "--json"], 0),
     ],
     "mixboard select --json": [
         (["select", "attention", "--json"], 0),
@@ -40,9 +41,14 @@ RUNS = {
         (["explain", "--json"], 0),
         (["explain", "--backend", "attention=sdpa", "--device", "cuda", "--capability", "9.0", "--json"], 0),
         (["explain", "--backend", "attention@decode=sdpa", "--json"], 0),
+        (["explain", "--backend", "attention=sdpa", "--backend-option", "sdpa.decode_chunk_mib=16", "--json"], 0),
     ],
-    "mixboard run --json": [(["run", "--max-tokens", "2", "--json"], 0),
-                            (["run", "--max-tokens", "2", "--backend", "attention@decode=sdpa", "--json"], 0)],
+    "mixboard run --json": [
+        (["run", "--max-tokens", "2", "--json"], 0),
+        (["run", "--max-tokens", "2", "--backend", "attention@decode=sdpa", "--json"], 0),
+        (["run", "--max-tokens", "2", "--backend", "attention=sdpa", "--backend-option", "sdpa.decode_chunk_mib=16",
+          "--json"], 0),
+    ],
     "mixboard lock --json": [(["lock", "--force", "-o", os.devnull, "--json"], 0)],
     "mixboard tune --json": [(["tune", "--kinds", "argmax,rotary,short_conv", "--budget", "0.01", "--prompt", "8",
                                "--batch", "2", "--context", "8", "--force", "-o", os.devnull, "--json"], 0)],
@@ -53,6 +59,7 @@ RUNS = {
     "mixboard check --json": [
         (["check", "short_conv_torch", "--case", "ragged_prefill", "--json"], 0),
         (["check", "flash_attn", "--case", "ragged_prefill", "--allow-skip", "--json"], 0),
+        (["check", "linear_onednn", "--case", "rows", "--each-choice", "--json"], 0),
     ],
 }
 # A run marked "vendor" also sees this plugin (beside the first-party ones): it defines a kind and describes

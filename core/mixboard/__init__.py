@@ -20,6 +20,7 @@ from .kinds import (
     Mamba2Weights, MixerSpec, OpImpl, RMSNormImpl, RMSNormSpec, RMSNormWeights, RotaryImpl, RotarySpec,
     ShortConvImpl, ShortConvSpec, ShortConvWeights,
 )
+from .options import Option, OptionValues
 from .overrides import Overrides
 from .plan import Plan
 from .registry import Registry, get_registry, reload_registry
@@ -45,5 +46,5 @@ __all__ = [
     "ShortConvWeights", "Overrides", "Plan", "Registry", "get_registry", "reload_registry", "Selection",
     "StateSpec", "TensorSpec", "OpImpl", "LinearImpl", "LinearSpec", "LinearWeights", "RMSNormImpl", "RMSNormSpec",
     "RMSNormWeights", "RotaryImpl", "RotarySpec", "EmbeddingImpl", "EmbeddingSpec", "EmbeddingWeights",
-    "ArgmaxImpl", "ArgmaxSpec",
+    "ArgmaxImpl", "ArgmaxSpec", "Option", "OptionValues",
 ]

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .environment import Environment
     from .kinds import Kind
     from .metadata import CommonBatchMetadata
+    from .options import Option, OptionValues
     from .state import StateSpec
 
 # The plugin API this mixboard speaks, and the versions it still accepts.
@@ -82,9 +83,18 @@ class Backend:
         ``importlib.util.find_spec`` (never imported to check);
         ``install_hint`` is shown when one is missing.
     api_version: the plugin API written for (``mixboard.API_VERSION``).
-    description: one line about the backend (optional; no command shows it today).
+    description: one line about the backend (optional; `mixboard backends NAME` shows it).
     tolerances, expected_failures: what the conformance kit holds the
         backend to (optional; docs/conformance.md).
+    options: what users may set for this backend, a tuple of
+        ``mixboard.Option`` (name, type, default, one line of doc; optional).
+        A backend that declares options gets every one's value (the user's,
+        else the default) as the keyword argument ``options`` (a read-only
+        ``mixboard.OptionValues``) of ``make_impl`` and ``builder``; one
+        that declares none is called without it. Users set them with
+        ``--backend-option BACKEND.OPTION=VALUE`` ($MIXBOARD_BACKEND_OPTIONS,
+        ``Engine(backend_options=...)``); the values are part of the plan
+        and its fingerprint.
 
     name, kind, devices, dtypes and api_version must be set on the class
     itself (inherited ones are refused). The registry calls the
@@ -113,6 +123,8 @@ class Backend:
     # Known conformance failures: case id ("chunked_prefill[bfloat16]") or case name -> reason.
     # Shown as xfail by `mixboard check` and the kit's suites (strict: a pass is a failure).
     expected_failures: ClassVar[Mapping[str, str]] = {}
+    # What users may set (mixboard.options): each value reaches make_impl and builder as `options`.
+    options: ClassVar[tuple["Option", ...]] = ()
 
     @classmethod
     def check(cls, spec: Any, env: "Environment") -> list[str]:
@@ -143,7 +155,8 @@ class Backend:
         return kind.state_spec(spec)
 
     @classmethod
-    def builder(cls, spec: Any, env: "Environment") -> Callable[["CommonBatchMetadata"], Any]:
+    def builder(cls, spec: Any, env: "Environment", options: "OptionValues | None" = None
+                ) -> Callable[["CommonBatchMetadata"], Any]:
         """A function from the step's ``CommonBatchMetadata`` to the ``meta``
         this backend's impls receive: what its kernels need (offsets in
         their dtype, a plan of the step), worked out once instead of once
@@ -152,14 +165,18 @@ class Backend:
         step, and its result is given to every layer of the group. It must
         not change the metadata; its result's public fields must not change
         after it returns (fields named ``_...`` may serve as a memo or
-        workspace). The default passes the metadata through."""
+        workspace). The default passes the metadata through. A backend that
+        declares ``options`` gets their values as ``options``."""
         return _identity
 
     @classmethod
-    def make_impl(cls, spec: Any, env: "Environment") -> Any:
+    def make_impl(cls, spec: Any, env: "Environment", options: "OptionValues | None" = None) -> Any:
         """The object that runs the kind's operation: an instance of a
         subclass of the kind's impl interface (``mixboard.AttentionImpl``,
-        ...), one per layer. Import heavy modules here, not at module level."""
+        ...), one per layer. Import heavy modules here, not at module level.
+        A backend that declares ``options`` gets their values as
+        ``options`` (``make_impl(cls, spec, env, options)``); one that
+        declares none is called as ``make_impl(cls, spec, env)``."""
         raise NotImplementedError(f"backend {cls.name!r} does not implement make_impl")
 
 

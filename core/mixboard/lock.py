@@ -51,7 +51,7 @@ def lock_data(plan, *, model: dict, made_by: str, options: dict | None = None,
         "fingerprint": plan.fingerprint,
         "environment": plan.environment.to_dict(),
         "backends": backends,
-        "options": options or {},
+        "options": options if options is not None else {b: dict(v) for b, v in plan.options.items()},
         "groups": list(groups.values()),
     }
     if measurements is not None:
@@ -137,11 +137,23 @@ class Lock:
             out.append(f"{locked} in the lock, {installed} here ({_few(names)})")
         return out
 
-    def check_plan(self, plan, options: dict | None = None, fingerprint: bool = True) -> list[str]:
-        """What differs between the plan made with the lock and the lock (empty: nothing)."""
+    def options_for(self, layers: Iterable[tuple[str, str, Any]], rename=None) -> dict:
+        """The lock's options of the backends it runs ``layers`` on (an engine that plans only some of
+        the lock's layers, vLLM, gets only theirs: an option for a backend no layer runs is an error)."""
+        used = {b for n, _, _ in layers for b in self.choices.get(rename(n) if rename else n, (None,))[1:]}
+        return {b: v for b, v in self.options.items() if b in used}
+
+    def check_plan(self, plan, options: dict | None = None, fingerprint: bool = True, partial: bool = False
+                   ) -> list[str]:
+        """What differs between the plan made with the lock and the lock (empty: nothing). The plan's
+        options (every option of the backends it runs, defaults filled in) must be the lock's: a
+        backend that declares other options than when the lock was written is named here.
+        ``partial``: the plan is of some of the lock's layers (vLLM), held to their backends' options."""
         out = []
-        if (options or {}) != self.options:
-            out.append(f"backend options differ: {self.options or 'none'} in the lock, {options or 'none'} here")
+        here = options if options is not None else {b: dict(v) for b, v in plan.options.items()}
+        want = {b: v for b, v in self.options.items() if b in here} if partial else self.options
+        if here != want:
+            out.append(f"backend options differ: {want or 'none'} in the lock, {here or 'none'} here")
         if fingerprint and plan.fingerprint != self.fingerprint:
             out.append(f"the plan's fingerprint is {plan.fingerprint}, the lock's {self.fingerprint} (the layers' "
                        f"specs differ: another dtype or checkpoint?)")

@@ -15,6 +15,8 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from .environment import Environment
+from .option_rules import with_options
+from .options import OptionValues
 from .selection import Selection
 from .state import PAGED, StateSpec
 
@@ -90,9 +92,11 @@ class Group:
 
 
 class Plan:
-    def __init__(self, environment: Environment, layers: tuple[LayerPlan, ...]):
+    def __init__(self, environment: Environment, layers: tuple[LayerPlan, ...],
+                 options: Mapping[str, OptionValues] | None = None):
         self.environment = environment
         self.layers = layers
+        self.options = dict(options or {})  # backend -> its option values, for the backends used that declare any
         # Layers that share a Selection share backend and state layout: collect
         # by identity, then merge selections that agree (cheap for 1,000 layers).
         by_selection: dict[tuple[int, int], tuple[Selection, Selection | None, list[str]]] = {}
@@ -127,7 +131,8 @@ class Plan:
     def fingerprint_rows(self) -> list[list]:
         """What the fingerprint hashes, one row per layer: name, kind, spec, backend, and the
         distribution and version the backend came from (plain JSON values); a layer split by phase
-        adds "decode" and its decode backend's three."""
+        adds "decode" and its decode backend's three; then, where the layer's backends declare
+        options, their values ({backend: {option: value}})."""
         rows = []
         for layer in self.layers:
             entry = layer.selection.chosen
@@ -136,12 +141,12 @@ class Plan:
                 d = layer.decode_selection.chosen
                 row += ["decode", d.name, d.distribution, d.version]
             rows.append(row)
-        return rows
+        return with_options(rows, self.options)
 
     @cached_property
     def fingerprint(self) -> str:
-        """Stable across processes: layer names, kinds, specs, backends and
-        the distribution and version each backend came from."""
+        """Stable across processes: layer names, kinds, specs, backends, the
+        distribution and version each backend came from, and its option values."""
         return fingerprint_of(self.fingerprint_rows())
 
     @cached_property
@@ -158,6 +163,7 @@ class Plan:
             "environment": self.environment.to_dict(),
             "layers": [layer.to_dict() for layer in self.layers],
             "groups": [group.to_dict() for group in self.groups],
+            "options": {backend: dict(values) for backend, values in self.options.items()},
         }
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 from fnmatch import fnmatchcase
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from . import option_rules
 from .backend import state_of
 from .devices import Device
 from .environment import Environment, detect
@@ -221,9 +222,12 @@ class Registry:
 
     # -- planning --------------------------------------------------------
     def plan(self, layers: Iterable[tuple[str, str, Any]], env: Environment | None = None,
-             overrides: Overrides | str | None = None, prefer: Overrides | str | None = None) -> Plan:
+             overrides: Overrides | str | None = None, prefer: Overrides | str | None = None,
+             options: str | Mapping | None = None) -> Plan:
         """Resolve every layer, given as (name, kind, spec); ``overrides``
-        force backends, ``prefer`` picks them where they can serve."""
+        force backends, ``prefer`` picks them where they can serve;
+        ``options`` set backend options (option_rules.py: text or a mapping)."""
+        given = option_rules.parse(options, self.backends)  # before selecting: a typo costs nothing
         if env is None:
             env = detect()
         if isinstance(overrides, str) or overrides is None:
@@ -253,7 +257,9 @@ class Registry:
                 chosen = by_identity[key] = self._select_phases(kind, spec, env, name, overrides, prefer, rules)
             planned.append(LayerPlan(name, kind, spec, *chosen))
         self.check_rules_used(overrides, prefer, [(layer.name, layer.kind) for layer in planned])
-        return Plan(env, tuple(planned))
+        running = [(layer.kind, s.chosen.name, s.backend) for layer in planned
+                   for s in (layer.selection, layer.decode_selection) if s is not None]  # both phases' backends
+        return Plan(env, tuple(planned), option_rules.for_plan(given, running, self.backends))
 
     @staticmethod
     def _rules_for(overrides: Overrides, prefer: Overrides, name: str, kind: str, phase: str):

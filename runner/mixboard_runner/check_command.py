@@ -18,6 +18,7 @@ import textwrap
 
 from mixboard.dtypes import DTYPES
 
+from . import option_flags
 from .table import render
 
 NOTHING_RAN = 5  # every case skipped: pytest's status for "no tests ran"
@@ -47,7 +48,9 @@ def add_commands(commands) -> None:
         epilog="exit status: 0 nothing failed, 1 a case failed, 2 bad input, 5 every case was skipped (ran nothing)\n\n"
                "examples:\n  mixboard check sdpa\n  mixboard check sdpa --thorough            # before a release\n"
                "  mixboard check acme_attn --device cuda --dtype bfloat16 --json\n"
-               "  mixboard check flash_attn --allow-skip   # in CI on machines that may lack its GPU",
+               "  mixboard check flash_attn --allow-skip   # in CI on machines that may lack its GPU\n"
+               "  mixboard check linear_onednn --backend-option linear_onednn.layout=as_loaded\n"
+               "  mixboard check linear_onednn --each-choice   # every layout in turn",
         formatter_class=_raw())
     p.add_argument("backend", metavar="BACKEND", help="an installed backend's name (see `mixboard backends`)")
     p.add_argument("--device", help="torch device to run on (default: this machine's, if the backend runs there)")
@@ -59,6 +62,10 @@ def add_commands(commands) -> None:
                    help="the long cases too (minutes a backend; see above); MIXBOARD_THOROUGH=1 does the same")
     p.add_argument("--block-size", type=int, metavar="N",
                    help="tokens per block of paged state (default 4; mixer kinds only: a dense kind keeps no state)")
+    option_flags.add_flag(p, environment=False)
+    p.add_argument("--each-choice", action="store_true",
+                   help="run the cases once on the backend's defaults, then once for each other choice of each of its "
+                        "options that declares choices (`mixboard backends NAME` lists them)")
     p.add_argument("--exitfirst", "-x", action="store_true", help="stop at the first failing case")
     p.add_argument("--json", action="store_true", help="print a JSON list, one record per case (stable contract)")
     p.add_argument("--allow-skip", action="store_true",
@@ -87,22 +94,59 @@ def cmd_check(args) -> int:
                              f"kind {target.cls.kind!r}, which keeps none")
     if args.case and not all(name.strip() for name in args.case):
         raise UsageError("--case needs a case's name or id, e.g. --case chunked_prefill or --case 'prefill_300[float32]'")
-    report = run_suite(args.backend, args.device, args.dtype, block_size=args.block_size or 4, select=args.case,
-                       fail_fast=args.exitfirst, thorough=True if args.thorough else None)
-    if args.case and not report.results:
-        raise UsageError(f"--case {', '.join(args.case)} names no case of {args.backend!r} in the dtypes asked "
-                         f"({', '.join(report.dtypes)}); `mixboard check {args.backend}` lists them")
-    if args.json:
-        print(json.dumps([r.to_dict() for r in report.results], indent=2))
+    reports = []
+    for options in _variants(args):
+        report = run_suite(args.backend, args.device, args.dtype, block_size=args.block_size or 4, select=args.case,
+                           fail_fast=args.exitfirst, thorough=True if args.thorough else None, options=options)
+        if args.case and not report.results:
+            raise UsageError(f"--case {', '.join(args.case)} names no case of {args.backend!r} in the dtypes asked "
+                             f"({', '.join(report.dtypes)}); `mixboard check {args.backend}` lists them")
+        reports.append(report)
+        if args.exitfirst and not report.ok:
+            break
+    if args.json:  # with --each-choice, each record says which values it ran with
+        print(json.dumps([r.to_dict() | ({"options": rep.options} if args.each_choice else {})
+                          for rep in reports for r in rep.results], indent=2))
     else:
-        _print_table(report)
-    if not report.ok:
+        for i, rep in enumerate(reports):
+            if i:
+                print()
+            _print_table(rep)
+    if not all(rep.ok for rep in reports):
         return 1
+    report = reports[0]
     if report.results and all(r.status == "skip" for r in report.results) and not args.allow_skip:
         sys.stdout.flush()
         sys.stderr.write(f"mixboard check: {_nothing_ran(report)}; --allow-skip accepts that\n")
         return NOTHING_RAN
     return 0
+
+
+def _variants(args) -> list:
+    """The option values to run the cases with: the given ones, or with --each-choice every choice in turn."""
+    from mixboard.errors import UsageError
+    from mixboard.options import choice_variants
+    from mixboard.testing.conformance.runner import resolve
+
+    if not args.each_choice:
+        return [_options(args)]
+    if args.backend_option:
+        raise UsageError("--each-choice runs every choice in turn: give it without --backend-option")
+    return choice_variants(resolve(args.backend).cls)
+
+
+def _options(args) -> dict | None:
+    """The checked backend's options from --backend-option (BACKEND.OPTION=VALUE, as everywhere)."""
+    from mixboard import get_registry
+    from mixboard.errors import UsageError
+    from mixboard.option_rules import parse
+
+    given = parse(option_flags.given(args, environment=False), get_registry().backends)
+    others = sorted(set(given) - {args.backend})
+    if others:
+        raise UsageError(f"--backend-option names backend {others[0]!r}, but this checks {args.backend!r}: give "
+                         f"{args.backend}.OPTION=VALUE")
+    return given.get(args.backend)
 
 
 def _nothing_ran(report) -> str:
@@ -115,7 +159,8 @@ def _print_table(report) -> None:
     where = report.environment or "not available here"
     mode = "thorough" if report.thorough else "quick"
     print(f"mixboard check {report.backend} on {report.device} ({where}); dtypes {', '.join(report.dtypes)}; "
-          f"{mode} mode")
+          f"{mode} mode" + (f"; options {option_flags.text({report.backend: report.options})}" if report.options
+                            else ""))
     rows, previous = [], None
     for r in report.results:
         reason = r.reason or ""

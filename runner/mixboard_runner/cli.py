@@ -30,6 +30,7 @@ EPILOG = """examples:
 environment variables:
   MIXBOARD_BACKEND          default for --backend (KIND=BACKEND or LAYER_PATTERN=BACKEND, comma separated)
   MIXBOARD_PREFER           default for --prefer (the same rules; preferred where they can serve, not forced)
+  MIXBOARD_BACKEND_OPTIONS  default for --backend-option (BACKEND.OPTION=VALUE, comma separated)
   MIXBOARD_LOCK             default for --lock (run, explain; and mixboard inside vLLM): a lock file to reproduce
   MIXBOARD_PLUGINS          load only these plugins (entry-point names, comma separated)
   MIXBOARD_DISABLE_PLUGINS  skip these plugins

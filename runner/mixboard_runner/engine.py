@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import torch
 
@@ -26,7 +26,7 @@ from mixboard import CommonBatchMetadata, get_registry
 from mixboard.dtypes import DTYPES, torch_dtype
 from mixboard.environment import for_device
 from mixboard.errors import UsageError
-from mixboard.ops.checks import build_impl
+from mixboard.ops.checks import build_builder, build_impl
 from mixboard.ops.phase_split import SplitImpl, StepRows, split_builder
 
 from . import checks
@@ -101,7 +101,7 @@ class Engine:
                  backend: str | None = None, prefer: str | None = None, cache_memory: int = DEFAULT_CACHE_MEMORY, max_seqs: int = 64,
                  max_batched_tokens: int = 2048, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer=None,
                  registry=None, reuse_host_memory: bool = False, allow_nonfinite_weights: bool = False,
-                 lock=None):
+                 lock=None, backend_options: str | Mapping | None = None):
         """``reuse_host_memory``: keep large freed blocks in the process's heap
         for reuse (glibc only; see host_memory.py). Off by default: it
         changes the whole process's allocator, which a library must not do
@@ -114,7 +114,11 @@ class Engine:
         CLI does. Give "" for no rules whatever the environment says.
         ``lock``: a lock file's path (or a ``mixboard.lock.Lock``) whose choices
         to reproduce exactly, or fail saying what differs (``mixboard lock``);
-        left None, $MIXBOARD_LOCK; "" for none. Rules cannot be combined with it."""
+        left None, $MIXBOARD_LOCK; "" for none. Rules and backend options cannot be
+        combined with it (the lock carries the options it was made with).
+        ``backend_options`` sets backends' options: text as ``--backend-option``
+        takes it (``linear_onednn.layout=as_loaded,...``) or a mapping
+        {backend: {option: value}}; None takes $MIXBOARD_BACKEND_OPTIONS."""
         # every argument is checked before anything is loaded or allocated
         if dtype not in DTYPES:
             raise UsageError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
@@ -127,6 +131,11 @@ class Engine:
             checks.instance("backend", backend, str, "rules as text (KIND=BACKEND,...)")
         if prefer is not None:
             checks.instance("prefer", prefer, str, "rules as text (KIND=BACKEND,...)")
+        if backend_options is None:
+            backend_options = os.environ.get("MIXBOARD_BACKEND_OPTIONS")
+        if backend_options is not None:
+            checks.instance("backend_options", backend_options, (str, Mapping),
+                            "text (BACKEND.OPTION=VALUE,...) or {backend: {option: value}}")
         if lock is not None:
             from mixboard.lock import Lock
 
@@ -144,7 +153,8 @@ class Engine:
             reuse_freed_memory()
         self.registry = registry or get_registry()
         # the plan (strict rules) and the tokenizer first: a mistake in either costs no weight load
-        self.plan = planned(self.registry, build_model(model, dtype).layer_decls(), self.env, backend, prefer, lock)
+        self.plan = planned(self.registry, build_model(model, dtype).layer_decls(), self.env, backend, prefer, lock,
+                            backend_options)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
         self._owners = {}  # id(impl or builder) -> (backend, layer): whom an error blames
@@ -160,7 +170,7 @@ class Engine:
     def _impl(self, selection, layer):
         backend = selection.chosen.name
         with blaming(backend, layer.name, "making its impl"):
-            impl = build_impl(selection.backend, layer.spec, self.env, layer.name)
+            impl = build_impl(selection.backend, layer.spec, self.env, layer.name, self.plan.options.get(backend))
         self._owners[id(impl)] = (backend, layer.name)
         return impl
 
@@ -211,7 +221,7 @@ class Engine:
     def _builder(self, selection, layer):
         backend = selection.chosen.name
         with blaming(backend, layer.name, "making its builder"):
-            built = selection.backend.builder(layer.spec, self.env)
+            built = build_builder(selection.backend, layer.spec, self.env, self.plan.options.get(backend))
         for owner in (built, getattr(built, "__self__", None)):  # an object, or a bound method's object
             if owner is not None:
                 self._owners[id(owner)] = (backend, layer.name)

@@ -12,24 +12,28 @@ import json
 import os
 from pathlib import Path
 
-from . import environment_flags, rule_flags
+from . import environment_flags, option_flags, rule_flags
 
 
-def planned(registry, decls, env, backend: str | None, prefer: str | None, lock):
-    """The plan of ``decls``: by the rules, or exactly the lock's (a path or a ``mixboard.lock.Lock``)."""
+def planned(registry, decls, env, backend: str | None, prefer: str | None, lock, options=None):
+    """The plan of ``decls``: by the rules and backend ``options``, or exactly the lock's (a path or a
+    ``mixboard.lock.Lock``), its options included."""
     if lock is None:
-        return registry.plan(decls, env, backend, prefer)
+        return registry.plan(decls, env, backend, prefer, options)
     from mixboard.errors import UsageError
     from mixboard.lock import Lock
 
     if backend or prefer:
         raise UsageError("a lock fixes every layer's backends: give it without backend rules or preferences "
                          "(--backend, --prefer, $MIXBOARD_BACKEND, $MIXBOARD_PREFER), or write a new lock with them")
+    if options:
+        raise UsageError("a lock fixes the backends' options too: give it without --backend-option or "
+                         "$MIXBOARD_BACKEND_OPTIONS, or write a new lock with them")
     if not isinstance(lock, Lock):
         lock = Lock.read(lock)
     decls = list(decls)
     lock.refuse(lock.differences(registry, env, [(n, k, s) for n, k, s in decls]))
-    plan = registry.plan(decls, env, lock.rules())
+    plan = registry.plan(decls, env, lock.rules(), options=lock.options)
     lock.refuse(lock.check_plan(plan))
     return plan
 
@@ -78,7 +82,8 @@ def cmd_lock(args) -> int:
     model = build_model(args.model, args.dtype)
     env, notes = environment_flags.resolve(args)
     registry = get_registry()
-    plan = registry.plan(model.layer_decls(), env, rule_flags.forced(args), rule_flags.preferred(args))
+    plan = registry.plan(model.layer_decls(), env, rule_flags.forced(args), rule_flags.preferred(args),
+                         option_flags.given(args))
     data = lock_data(plan, model=model_record(args.model, args.dtype, model.info), made_by="mixboard lock")
     write_lock(output, data)
     summary = {"path": str(output), "fingerprint": plan.fingerprint, "layers": len(plan.layers),

@@ -10,7 +10,7 @@ import textwrap
 
 from mixboard.dtypes import DTYPES
 
-from . import environment_flags, rule_flags
+from . import backend_options, environment_flags, rule_flags
 from .table import render
 
 
@@ -31,8 +31,12 @@ def add_commands(commands) -> None:
                                         "not serve float32 is checked in the first dtype it declares, unless "
                                         "--dtype is given. The first line shows the environment: device, GPU "
                                         "runtime and architecture, or CPU features. With --json every backend "
-                                        "carries it as 'environment'.", 79),
-                            epilog=environment_flags.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                        "carries it as 'environment'. With NAME, that backend alone, its "
+                                        "description and the options users may set for it (--backend-option).", 79),
+                            epilog="examples:\n  mixboard backends --arch sm_90\n  mixboard backends linear_onednn"
+                                   "            its options, with types, defaults and choices\n\n"
+                                   + environment_flags.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", metavar="NAME", help="only this backend, with its description and options")
     p.add_argument("--kind", help="only backends of this kind")
     p.add_argument("--dtype", choices=DTYPES, help="check every backend in this dtype")
     _add_environment(p)
@@ -91,7 +95,10 @@ def cmd_backends(args) -> int:
     registry = get_registry()
     env, notes = environment_flags.resolve(args)
     environment = env.to_dict()
-    entries = registry.backends_of(args.kind) if args.kind else [registry.backends[n] for n in sorted(registry.backends)]
+    if args.name is not None:
+        entries = [backend_options.entry(registry, args.name, args.kind)]
+    else:
+        entries = registry.backends_of(args.kind) if args.kind else [registry.backends[n] for n in sorted(registry.backends)]
     out = []
     for e in sorted(entries, key=lambda e: (e.cls.kind, -e.cls.priority, e.name)):
         spec = registry.kind(e.cls.kind).default_spec()
@@ -101,7 +108,7 @@ def cmd_backends(args) -> int:
             "name": e.name, "kind": e.cls.kind, "plugin": e.plugin, "distribution": e.distribution,
             "version": e.version, "priority": e.cls.priority, "devices": list(e.cls.devices),
             "dtypes": list(e.cls.dtypes), "available": not reasons, "reasons": list(reasons),
-            "environment": environment,
+            "environment": environment, "options": [o.to_dict() for o in e.cls.options],
         })
     if args.json:
         print(json.dumps(out, indent=2))
@@ -116,6 +123,8 @@ def cmd_backends(args) -> int:
         rows = [[b["name"], b["kind"], str(b["priority"]), "yes" if b["available"] else "no",
                  b["distribution"] or b["plugin"], "; ".join(b["reasons"])] for b in out]
         print(render(["backend", "kind", "priority", "available", "from", "reasons"], rows))
+    if args.name is not None:
+        backend_options.print_detail(entries[0])
     if registry.faults:
         print(f"\n{len(registry.faults)} plugin fault(s) left backends out: see `mixboard plugins`")
     return 0

@@ -8,7 +8,7 @@ import re
 import sys
 import time
 
-from . import environment_flags, rule_flags
+from . import environment_flags, option_flags, rule_flags
 from .table import render
 
 DEFAULT_PROMPT = "The mixers of a hybrid model"
@@ -71,6 +71,7 @@ def _raw():
 
 def _add_common(p, lock: bool = False) -> None:
     rule_flags.add_flags(p, lock)
+    option_flags.add_flag(p)
     p.add_argument("--device", default=None, help="torch device (run: the device to run on, default cpu; explain: "
                                                   "simulate this device type, default this machine)")
 
@@ -130,6 +131,8 @@ def print_plan(plan, verbose: bool) -> None:
     print(f"plan {plan.fingerprint} on {plan.environment}: {len(plan.layers)} layers in {len(plan.groups)} groups")
     rows = [[g.kind, group_backend(g), str(len(g.layers)), names_of(g.layers)] for g in plan.groups]
     print(render(["kind", "backend", "layers", "names"], rows))
+    if plan.options:  # every option of the backends used that declare any: what ran, defaults included
+        print("backend options: " + option_flags.text(plan.options))
     if verbose:
         for layer in plan.layers:
             for name, reasons in layer.rejected.items():
@@ -162,7 +165,7 @@ def cmd_explain(args) -> int:
     env, notes = environment_flags.resolve(args)
     registry = get_registry()
     plan = planned(registry, model.layer_decls(), env, rule_flags.forced(args), rule_flags.preferred(args),
-                   rule_flags.locked(args))
+                   rule_flags.locked(args), option_flags.given(args))
     if args.json:
         print(json.dumps(explain_dict(plan), indent=2))
         return 0
@@ -214,6 +217,7 @@ def cmd_run(args) -> int:
                             ignore_eos=args.ignore_eos)
     engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=rule_flags.forced(args),
                     prefer=rule_flags.preferred(args), lock=rule_flags.locked(args) or "",
+                    backend_options=option_flags.given(args) or "",
                     cache_memory=parse_size(args.cache_memory), allow_nonfinite_weights=args.allow_nonfinite_weights,
                     reuse_host_memory=True)  # the whole program: its allocator is ours to tune
     prompts: list = [parse_ids(t) for t in args.prompt_ids] + list(args.prompt)

@@ -75,7 +75,7 @@ def measure_mixer(adapter, backend, kind, spec, env, phase: str, shape: Shape, d
     from mixboard import CommonBatchMetadata
     from mixboard.backend import state_of
     from mixboard.dtypes import torch_dtype
-    from mixboard.ops.checks import build_impl
+    from mixboard.ops.checks import build_builder, build_impl
     from mixboard.testing.conformance.kinds import cast_weights
 
     dtype = torch_dtype(spec.dtype)
@@ -96,7 +96,7 @@ def measure_mixer(adapter, backend, kind, spec, env, phase: str, shape: Shape, d
               for name, (per_token, scale) in adapter.inputs(spec).items()}
     weights = cast_weights(adapter.weights(spec, gen), dtype, device) if adapter.weights else None
     impl = build_impl(backend, spec, env, f"tune.{kind.name}")
-    builder = backend.builder(spec, env)
+    builder = build_builder(backend, spec, env)  # a backend's options at their defaults, as build_impl's
 
     def common():
         return CommonBatchMetadata.build(query, context, list(range(len(query))), tables, block, device)

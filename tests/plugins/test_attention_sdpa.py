@@ -6,6 +6,7 @@ a shuffled paged cache."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 
 import pytest
@@ -206,8 +207,11 @@ def test_decodes_are_batched_and_split_longest_first_under_the_chunk_budget(monk
     _, _, metas = run_schedule(SdpaAttention, spec, seqs, schedule)
     assert all(len(m.decode_chunks) == 1 for m in metas[1:])  # all decodes of a step in one call
     assert all(m._buffers is metas[0]._buffers for m in metas)  # one workspace for every step of the builder
-    # a budget of 8 blocks of 4 per chunk: several chunks, sequences of like length together
-    monkeypatch.setattr(sdpa_meta, "CHUNK_BYTES", 8 * 4 * sdpa_meta.bytes_per_token(spec))
+    # a budget of 8 blocks of 4 per chunk (finer than the decode_chunk_mib option's MiB): several chunks,
+    # sequences of like length together
+    budget = 8 * 4 * sdpa_meta.bytes_per_token(spec)
+    monkeypatch.setattr(SdpaAttention, "builder", classmethod(lambda cls, spec, env: functools.partial(
+        sdpa_meta.build_meta, bytes_per_token=sdpa_meta.bytes_per_token(spec), workspace={}, chunk_bytes=budget)))
     ours, _, metas = run_schedule(SdpaAttention, spec, seqs, schedule)
     chunks = metas[2].decode_chunks
     assert len(chunks) > 2

@@ -26,6 +26,14 @@ class TestLinearOneDnn(LinearConformance):
     device = "cpu"
 
 
+class TestLinearOneDnnAsLoaded(LinearConformance):
+    """A suite may set the backend's options (every layout: test_linear_onednn_layout.py)."""
+
+    backend = "linear_onednn"
+    device = "cpu"
+    options = {"layout": "as_loaded"}
+
+
 @panels
 class TestEmbeddingCpu(EmbeddingConformance):
     backend = "embedding_cpu"

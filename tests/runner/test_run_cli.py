@@ -73,7 +73,8 @@ def test_explain_json_contract_without_weights(tmp_path, llama_dir):
     out = mixboard("explain", str(tmp_path), "--device", "cuda", "--capability", "9.0", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert set(data) == {"fingerprint", "mixer_fingerprint", "environment", "layers", "groups", "choices"}
+    assert set(data) == {"fingerprint", "mixer_fingerprint", "environment", "layers", "groups", "choices", "options"}
+    assert data["options"] == {"sdpa": {"decode_chunk_mib": 64}}  # the backends it runs that declare options
     layer = [layer for layer in data["layers"] if layer["kind"] == "attention"][0]
     assert layer["name"] == "model.layers.0.self_attn"
     assert layer["backend"] == "sdpa"  # float32: flash_attn is rejected, with its reasons

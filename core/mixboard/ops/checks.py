@@ -2,23 +2,60 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from functools import lru_cache
 from typing import Any, Sequence
 
 import torch
 
 from ..errors import MixboardError
+from ..options import OptionValues, defaults
 
 
 class BackendInputError(MixboardError, ValueError):
     """A backend was handed something of the wrong shape, dtype or device."""
 
 
-def build_impl(backend: type, spec: Any, env: Any, layer_name: str) -> Any:
-    """``backend.make_impl(spec, env)``, named after the layer it serves."""
-    impl = backend.make_impl(spec, env)
+def build_impl(backend: type, spec: Any, env: Any, layer_name: str, options: Any = None) -> Any:
+    """``backend.make_impl(spec, env)``, named after the layer it serves. A backend that
+    declares options gets ``options`` (the plan's values for it; None: its defaults)."""
+    impl = backend.make_impl(spec, env, **_options_for(backend, backend.make_impl, options))
     impl.layer_name = layer_name
     return impl
+
+
+def build_builder(backend: type, spec: Any, env: Any, options: Any = None) -> Any:
+    """``backend.builder(spec, env)``, with ``options`` as ``build_impl`` passes them."""
+    return backend.builder(spec, env, **_options_for(backend, backend.builder, options))
+
+
+def _options_for(backend: type, method: Any, options: Any) -> dict:
+    """The keyword arguments that carry options: none for a backend that declares none (its
+    make_impl and builder keep the signature they always had). A subclass that inherits options
+    but overrides the method without taking them (calling ``super()`` without them, which then
+    sees the defaults) is called without them while every value is its default; a value set
+    otherwise could not reach it, which is an error, never a silent default."""
+    if not getattr(backend, "options", ()):
+        if options:
+            raise MixboardError(f"backend {backend.name!r} declares no options, but was given {dict(options)}")
+        return {}
+    if not isinstance(options, OptionValues):  # None, or a partial mapping: the rest at their defaults
+        options = OptionValues({**defaults(backend), **(options or {})})
+    if _takes_options(getattr(method, "__func__", method)):
+        return {"options": options}
+    changed = {k: v for k, v in options.items() if v != defaults(backend)[k]}
+    if changed:
+        raise MixboardError(f"backend {backend.name!r} is given options {changed}, but its {method.__name__} does "
+                            f"not take `options` (a subclass that overrides {method.__name__} must accept options "
+                            f"and pass them on)")
+    return {}
+
+
+@lru_cache(maxsize=None)
+def _takes_options(function: Any) -> bool:
+    params = inspect.signature(function).parameters.values()
+    return any(p.name == "options" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def expect(layer: str, what: str, tensor: Any, shape: Sequence[int | None], dtype: torch.dtype | None = None,

@@ -21,6 +21,7 @@ mode (``--thorough``, ``--mixboard-thorough``, ``thorough = True``,
 Importing this package imports torch.
 """
 
+from ...options import choice_variants
 from .cases import Case, kind_cases
 from .kinds import ADAPTERS, KindAdapter, adapter_of
 from .op_cases import OpCase, op_cases
@@ -39,5 +40,5 @@ __all__ = [
     "Mamba1Conformance", "Mamba2Conformance", "ShortConvConformance", "SuiteReport", "adapter_of", "conformance_suite",
     "kind_cases", "run_case", "run_suite", "tolerance_for",
     "OP_ADAPTERS", "OpAdapter", "OpCall", "OpCase", "op_cases", "LinearConformance", "RMSNormConformance",
-    "RotaryConformance", "EmbeddingConformance", "ArgmaxConformance",
+    "RotaryConformance", "EmbeddingConformance", "ArgmaxConformance", "choice_variants",
 ]

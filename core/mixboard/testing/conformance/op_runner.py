@@ -84,7 +84,7 @@ def _bound(target: Target, case: OpCase, expected: torch.Tensor, tol: float) -> 
 
 def _layer(target: Target, spec, env, device: str, gen: torch.Generator, i: int) -> _OpLayer:
     adapter = target.adapter
-    impl = _backend(build_impl, target.cls, spec, env, f"conformance.layers.{i}.{target.kind.name}")
+    impl = _backend(build_impl, target.cls, spec, env, f"conformance.layers.{i}.{target.kind.name}", target.options)
     oracle = adapter.oracle(spec)
     drawn = adapter.weights(spec, gen) if adapter.weights else None
     weights = reference = None

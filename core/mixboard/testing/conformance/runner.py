@@ -26,7 +26,8 @@ from ...dtypes import torch_dtype
 from ...environment import Environment, detect, for_device, known_devices
 from ...errors import UsageError
 from ...metadata import CommonBatchMetadata
-from ...ops.checks import build_impl
+from ...ops.checks import build_builder, build_impl
+from ...option_rules import for_backend
 from ...registry import Registry, get_registry
 from ...selection import reasons_against
 from ...state import PAGED
@@ -72,6 +73,11 @@ class Target:
     cls: type
     kind: Any  # mixboard.Kind
     adapter: KindAdapter | OpAdapter
+    options: Any = None  # the backend's OptionValues to build it with (None: its defaults)
+
+    def with_options(self, given: Mapping[str, Any] | None) -> "Target":
+        """This target built with ``given`` ({option: value}; the rest at their defaults), checked."""
+        return dataclasses.replace(self, options=for_backend(self.cls, given))
 
 
 @dataclass
@@ -82,6 +88,7 @@ class SuiteReport:
     dtypes: tuple[str, ...]
     results: list[CaseResult]
     thorough: bool = False  # the mode: quick, or thorough (the long cases too)
+    options: dict = field(default_factory=dict)  # the backend's option values it ran with (none declared: {})
 
     @property
     def ok(self) -> bool:
@@ -259,7 +266,7 @@ def _layers(target: Target, case: Case, env: Environment, device: str, gen: torc
             state = allocate_state(own, case.records(own.layout), block_size, device)
         poison(state)
         layers.append(_Layer(
-            impl=_backend(build_impl, target.cls, spec, env, f"conformance.layers.{i}.mixer"),
+            impl=_backend(build_impl, target.cls, spec, env, f"conformance.layers.{i}.mixer", target.options),
             oracle=adapter.oracle(spec),
             weights=cast_weights(weights, dtype, device),
             oracle_weights=cast_weights(weights, dtype, "cpu"),
@@ -278,7 +285,7 @@ def _execute(target: Target, case: Case, env: Environment, device: str, tol: flo
     layout, bs = own.layout, block_size_for(case, own)
     layers = _layers(target, case, env, device, gen, bs)
     with torch.inference_mode():  # one builder per case, as a runner keeps one per group for every step
-        builder = _backend(target.cls.builder, spec, env)
+        builder = _backend(build_builder, target.cls, spec, env, target.options)
     done = {s.name: 0 for s in case.seqs}
     for number, step in enumerate(case.steps, 1):
         where = f"step {number} of {len(case.steps)}"
@@ -421,16 +428,18 @@ def run_suite(backend: str | type, device: str | None = None, dtypes: Iterable[s
               block_size: int = 4, expected_failures: Mapping[str, str] | None = None,
               tolerances: Mapping[str, float] | None = None, registry: Registry | None = None,
               adapter: KindAdapter | OpAdapter | None = None, select: Iterable[str] | None = None,
-              fail_fast: bool = False, thorough: bool | None = None) -> SuiteReport:
+              fail_fast: bool = False, thorough: bool | None = None,
+              options: Mapping[str, Any] | None = None) -> SuiteReport:
     """Run the kit against ``backend`` (a name or a Backend class).
 
     dtypes: default every dtype the backend declares. expected_failures:
     {case id or name: reason}, added to the backend's own declaration.
     select: only cases whose id or name is listed. fail_fast: stop at the
     first failure. thorough: the long cases too (see ``modes.py``); None
-    leaves it to ``MIXBOARD_THOROUGH``.
+    leaves it to ``MIXBOARD_THOROUGH``. options: {option: value} of the
+    backend's declared options to build it with (the rest at their defaults).
     """
-    target = resolve(backend, registry, adapter)
+    target = resolve(backend, registry, adapter).with_options(options)
     cls = target.cls
     dtypes = tuple(dtypes or cls.dtypes)
     device, env, skip = environment(target, device)
@@ -451,4 +460,4 @@ def run_suite(backend: str | type, device: str | None = None, dtypes: Iterable[s
         results.append(result)
         if fail_fast and result.status == FAIL:
             break
-    return SuiteReport(cls.name, device, env, dtypes, results, thorough)
+    return SuiteReport(cls.name, device, env, dtypes, results, thorough, dict(target.options))

@@ -8,6 +8,7 @@
         dtypes = ("float32", "bfloat16")   # default: every dtype the backend declares
         expected_failures = {"noncontiguous": "strided q lands in a later release"}
         thorough = False             # True: the long cases too (see modes.py)
+        options = {"block": 64}      # the backend's declared options to build it with (default: their defaults)
 
 pytest collects one test per case (``test_conformance[chunked_prefill[float32]]``).
 The thorough mode (the long cases too) is on for a class with ``thorough =
@@ -54,6 +55,7 @@ class ConformanceSuite:
     tolerances: ClassVar[Mapping[str, float] | None] = None  # dtype -> bound, over the backend's own
     registry: ClassVar[Any] = None  # a mixboard.Registry to resolve names in (default: the installed one)
     thorough: ClassVar[bool] = False  # the long cases too; --mixboard-thorough or MIXBOARD_THOROUGH=1 for a whole run
+    options: ClassVar[Mapping[str, Any]] = {}  # {option: value} of the backend's options; the rest at their defaults
 
     # -- what pytest sees -------------------------------------------------
     def pytest_generate_tests(self, metafunc):
@@ -90,7 +92,7 @@ class ConformanceSuite:
     def target(cls):
         if cls.backend is None:
             raise ValueError(f"{cls.__name__} must name its backend: backend = \"my_backend\"")
-        return resolve(cls.backend, cls.registry, cls.adapter)
+        return resolve(cls.backend, cls.registry, cls.adapter).with_options(cls.options)
 
     @classmethod
     def conformance_cases(cls, thorough: bool = False) -> list:

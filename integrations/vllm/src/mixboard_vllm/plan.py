@@ -120,21 +120,31 @@ class ProcessPlan:
         self.bound: dict[str, Bound] = {}
         for gid, group in enumerate(self.plan.groups):
             first = self.plan.layer(group.layers[0])
-            cls = first.selection.chosen.cls
-            build = cls.builder(first.spec, self.env)
+            build = self._builder(first.selection, first.spec)
             if first.split:  # each phase's rows through its own backend (mixboard.phases)
-                build = split_builder(build, first.decode_selection.chosen.cls.builder(first.spec, self.env))
+                build = split_builder(build, self._builder(first.decode_selection, first.spec))
             self.builders.append(build)
             for lname in group.layers:
                 lp = self.plan.layer(lname)
-                impl = cls.make_impl(lp.spec, self.env)
+                impl = self._impl(lp.selection, lp)
                 if lp.split:
-                    impl = SplitImpl(impl, lp.decode_selection.chosen.cls.make_impl(lp.spec, self.env),
-                                     registry.kind(lp.kind).row_inputs)
+                    impl = SplitImpl(impl, self._impl(lp.decode_selection, lp), registry.kind(lp.kind).row_inputs)
                 self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, impl, gid, group.state_spec)
         init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms):\n%s",
                  self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
                  len(self.plan.groups), (time.perf_counter() - t0) * 1e3, table.render(self.plan))
+
+    def _builder(self, selection, spec):
+        """A backend's builder, with the plan's values of its options (build_builder)."""
+        from mixboard.ops.checks import build_builder
+
+        return build_builder(selection.backend, spec, self.env, self.plan.options.get(selection.chosen.name))
+
+    def _impl(self, selection, layer):
+        from mixboard.ops.checks import build_impl
+
+        options = self.plan.options.get(selection.chosen.name)
+        return build_impl(selection.backend, layer.spec, self.env, layer.name, options)
 
     def layer(self, name: str) -> Bound:
         try:
@@ -148,20 +158,22 @@ def _planned(registry, layers, env):
     layers are matched to vLLM's by name, else by kind and block (``_lock_names``); the lock's dense
     ops are vLLM's own here."""
     backend, prefer = os.environ.get("MIXBOARD_BACKEND") or None, os.environ.get("MIXBOARD_PREFER") or None
+    options = os.environ.get("MIXBOARD_BACKEND_OPTIONS") or None
     path = os.environ.get("MIXBOARD_LOCK") or None
     if path is None:
-        return registry.plan(layers, env, backend, prefer)
+        return registry.plan(layers, env, backend, prefer, options)
     from mixboard.errors import UsageError
     from mixboard.lock import Lock
 
-    if backend or prefer:
-        raise UsageError("MIXBOARD_LOCK fixes every layer's backends: unset MIXBOARD_BACKEND and MIXBOARD_PREFER")
+    if backend or prefer or options:
+        raise UsageError("MIXBOARD_LOCK fixes every layer's backends and their options: unset MIXBOARD_BACKEND, "
+                         "MIXBOARD_PREFER and MIXBOARD_BACKEND_OPTIONS")
     lock = Lock.read(path)
     rename = _lock_names(lock, layers).get
 
     lock.refuse(lock.differences(registry, env, layers, rename, partial=True))
-    plan = registry.plan(layers, env, lock.rules(rename))
-    lock.refuse(lock.check_plan(plan, fingerprint=False))
+    plan = registry.plan(layers, env, lock.rules(rename), options=lock.options_for(layers, rename))
+    lock.refuse(lock.check_plan(plan, fingerprint=False, partial=True))
     return plan
 
 

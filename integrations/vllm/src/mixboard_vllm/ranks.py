@@ -19,14 +19,14 @@ class RankPlan(NamedTuple):
     rank: int
     stage: int
     fingerprint: str | None  # of this stage's part; None where the rank could not plan
-    rows: list  # Plan.fingerprint_rows(): [name, kind, spec, backend, distribution, version] per layer
+    rows: list  # Plan.fingerprint_rows(): [name, kind, spec, backend, distribution, version(, options)] per layer
     failure: str | None  # why the rank could not plan
 
 
 def _differences(a: list, b: list, limit: int = 3) -> str:
     diff = [f"{x[0]}: {x[3]} vs {y[3]}" for x, y in zip(a, b) if x != y]  # layer: backend vs backend
     if not diff:
-        return "same backends, different plugin versions or specs"
+        return "same backends, different plugin versions, specs or backend options"
     return "; ".join(diff[:limit]) + (f"; ... ({len(diff)} layers differ)" if len(diff) > limit else "")
 
 

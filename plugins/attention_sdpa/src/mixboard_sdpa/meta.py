@@ -8,14 +8,15 @@ the window share them too.
 Decodes are attended in a few batched calls: each *chunk* of decode
 sequences gathers whole blocks of its sequences (one ``index_select``, a
 plain memory copy per block) into ``[n, keys, kv_heads, head_size]`` and
-masks the padded tail. Chunks are cut at ``CHUNK_BYTES`` of gathered keys
+masks the padded tail. Chunks are cut at ``chunk_bytes`` of gathered keys
 (a chunk holds at least one sequence), longest sequences first so that
 padding stays small. The gathers land in two workspace buffers that the
 builder keeps: every chunk, layer and step of the group reuses them, so no
 step pays for fresh memory (measured on a 2-core CPU: a fresh 64 MiB
 temporary costs ~5x its copy in page faults, as glibc maps and unmaps
 blocks that large on every allocation; that, more than arithmetic, is what
-transformers' decode spends on its growing cache).
+transformers' decode spends on its growing cache). ``chunk_bytes`` is the
+backend's ``decode_chunk_mib`` option (``CHUNK_BYTES`` by default).
 """
 
 from __future__ import annotations
@@ -97,10 +98,11 @@ def bytes_per_token(spec) -> int:
 
 
 def build_meta(common: CommonBatchMetadata, bytes_per_token: int, workspace: dict | None = None,
-               decode_chunks: bool = True, prefill_rows: bool = False) -> SdpaMeta:
+               decode_chunks: bool = True, prefill_rows: bool = False, chunk_bytes: int = CHUNK_BYTES) -> SdpaMeta:
     """The step's metadata; ``workspace`` (a dict the caller keeps) lends decode buffers from step to step.
     ``decode_chunks=False``: no gather plan for the decodes (a kernel that reads the block table itself);
-    ``prefill_rows=True``: each prefill token's table row and key count (``SdpaMeta.prefill_rows``)."""
+    ``prefill_rows=True``: each prefill token's table row and key count (``SdpaMeta.prefill_rows``).
+    ``chunk_bytes``: gathered keys per decode chunk (a chunk holds at least one sequence)."""
     if not isinstance(common, CommonBatchMetadata):
         raise TypeError(f"the sdpa builder takes the step's CommonBatchMetadata, not {type(common).__name__}")
     device = common.block_table.device
@@ -111,7 +113,7 @@ def build_meta(common: CommonBatchMetadata, bytes_per_token: int, workspace: dic
     nblocks = [-(-s // bs) for s in seq_lens]
     table = common.block_table.long()
 
-    chunks = _decode_chunks(table, seq_lens[: common.num_decodes], nblocks, bs, bytes_per_token, device) \
+    chunks = _decode_chunks(table, seq_lens[: common.num_decodes], nblocks, bs, bytes_per_token, device, chunk_bytes) \
         if decode_chunks else ()
     prefills: list[Prefill] = []
     for i in range(common.num_decodes, common.num_seqs):
@@ -135,10 +137,10 @@ def build_meta(common: CommonBatchMetadata, bytes_per_token: int, workspace: dic
     return meta
 
 
-def _decode_chunks(table, seq_lens, nblocks, bs, bytes_per_token, device) -> tuple[DecodeChunk, ...]:
+def _decode_chunks(table, seq_lens, nblocks, bs, bytes_per_token, device, chunk_bytes) -> tuple[DecodeChunk, ...]:
     # Longest first, so sequences of like length share a chunk and padding stays small.
     order = sorted(range(len(seq_lens)), key=lambda i: -nblocks[i])
-    budget = max(1, CHUNK_BYTES // (bs * bytes_per_token))  # blocks per chunk
+    budget = max(1, chunk_bytes // (bs * bytes_per_token))  # blocks per chunk
     chunks, i = [], 0
     while i < len(order):
         width = nblocks[order[i]]  # the chunk's longest sequence
