@@ -30,3 +30,11 @@ class BackendError(MixboardError):
 
 class PluginError(MixboardError):
     """A plugin fault while ``MIXBOARD_STRICT_PLUGINS=1`` is set."""
+
+
+def did_you_mean(word: str, choices) -> str:
+    """``"; did you mean 'x'?"`` naming the closest of ``choices``, or "" (the tail of a one-line error)."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

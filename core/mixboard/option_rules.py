@@ -12,10 +12,9 @@ error, never silently ignored, as a backend rule that matches no layer is.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Iterable, Mapping
 
-from .errors import UsageError
+from .errors import UsageError, did_you_mean
 from .options import OptionValues, defaults
 
 EXAMPLE = "for example linear_onednn.layout=as_loaded"
@@ -113,8 +112,7 @@ def _from_mapping(given: Mapping) -> list[tuple[str, str, Any, str]]:
 def _declared(backend: str, name: str, item: str, backends: Mapping[str, Any]):
     entry = backends.get(backend)
     if entry is None:
-        close = difflib.get_close_matches(backend, list(backends), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(backend, backends)
         raise UsageError(f"backend option {item!r} names unknown backend {backend!r}{hint} (installed: "
                          f"{', '.join(sorted(backends)) or 'none'})")
     declared = {o.name: o for o in getattr(getattr(entry, "cls", entry), "options", ())}
@@ -124,8 +122,7 @@ def _declared(backend: str, name: str, item: str, backends: Mapping[str, Any]):
                          f"{', '.join(having) or 'none installed'}; `mixboard backends NAME` lists them)")
     option = declared.get(name)
     if option is None:
-        close = difflib.get_close_matches(name, list(declared), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, declared)
         raise UsageError(f"backend option {item!r}: {backend} has no option {name!r}{hint} (its options: "
                          f"{', '.join(declared)})")
     return option

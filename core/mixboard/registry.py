@@ -15,7 +15,7 @@ from . import option_rules
 from .backend import state_of
 from .devices import Device
 from .environment import Environment, detect
-from .errors import SelectionError, UsageError
+from .errors import SelectionError, UsageError, did_you_mean
 from .kinds import BUILTIN_KINDS, Kind
 from .overrides import Overrides
 from .phases import DECODE, PHASES, PREFILL
@@ -84,8 +84,7 @@ class Registry:
             target, backend, rule = r.target, r.backend, r.text
             entry = self.backends.get(backend)
             if entry is None:
-                close = difflib.get_close_matches(backend, list(self.backends), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(backend, self.backends)
                 raise UsageError(f"preference {rule!r} names unknown backend {backend!r}{hint} (installed: "
                                  f"{', '.join(sorted(self.backends)) or 'none'})")
             if r in prefer.kind_rules and entry.cls.kind != target:
@@ -199,8 +198,7 @@ class Registry:
         entry = self.backends.get(name)
         if entry is None:
             names = [e.name for e in self._by_kind[kind]]
-            close = difflib.get_close_matches(name, list(self.backends), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, self.backends)
             raise UsageError(f"rule {rule!r} names unknown backend {name!r}; backends of {kind}: "
                              f"{', '.join(names) or 'none installed'}{hint}")
         if entry.cls.kind != kind:
@@ -316,8 +314,7 @@ class Registry:
                     raise UsageError(f"preference {rule!r} names only layers that backend rules force "
                                      f"({named[0].name}{', ...' if len(named) > 1 else ''}); drop it")
             if backend not in self.backends:
-                close = difflib.get_close_matches(backend, list(self.backends), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(backend, self.backends)
                 raise UsageError(f"rule {rule!r} names unknown backend {backend!r}{hint} (installed: "
                                  f"{', '.join(sorted(self.backends)) or 'none'})")
             if r in overrides.kind_rules:

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import difflib
-
 from .table import render
 
 
 def entry(registry, name: str, kind: str | None):
     """The registry's entry for ``name``; a UsageError naming the close match if there is none."""
-    from mixboard.errors import UsageError
+    from mixboard.errors import UsageError, did_you_mean
 
     found = registry.backends.get(name)
     if found is None:
-        close = difflib.get_close_matches(name, list(registry.backends), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, registry.backends)
         raise UsageError(f"unknown backend {name!r}{hint} (installed: {', '.join(sorted(registry.backends)) or 'none'};"
                          f" see `mixboard plugins` for plugins that failed to load)")
     if kind is not None and found.cls.kind != kind:

@@ -12,7 +12,6 @@ oracle. Each case gives a :class:`CaseResult` with the worst error.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ import torch
 from ...backend import ANY_DEVICE, Backend, declares_state_spec
 from ...dtypes import torch_dtype
 from ...environment import Environment, detect, for_device, known_devices
-from ...errors import UsageError
+from ...errors import UsageError, did_you_mean
 from ...metadata import CommonBatchMetadata
 from ...ops.checks import build_builder, build_impl
 from ...option_rules import for_backend
@@ -110,8 +109,7 @@ def resolve(backend: str | type, registry: Registry | None = None, adapter: Kind
     if isinstance(backend, str):
         entry = registry.backends.get(backend)
         if entry is None:
-            close = difflib.get_close_matches(backend, list(registry.backends), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(backend, registry.backends)
             installed = ", ".join(sorted(registry.backends)) or "none"
             raise UsageError(f"unknown backend {backend!r}{hint} (installed backends: {installed}; "
                              f"see `mixboard plugins` for plugins that failed to load)")
