@@ -14,7 +14,8 @@ and receives every declared option's value, the user's or the default, as
 (``option_rules.py``); the values are part of the plan and its fingerprint.
 
 Plain classes, not dataclasses: this module loads in every process that
-plans, and each dataclass costs about a millisecond at import.
+plans, and dataclasses are slow to define (the registry's cold start,
+``benchmarks/README.md``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ attention of block 3 and leaves its norms and projections (layers of other
 kinds, named under the same block) to their own rules. Overrides are strict:
 the named backend must serve the layer or selection fails.
 
-A target may name a phase: ``attention@decode=sdpa_cpu`` picks the backend
+A target may name a phase: ``attention@decode=sdpa`` picks the backend
 of attention layers' decode rows only, ``model.layers.3.*@prefill=sdpa``
 that of block 3's prefill rows (``mixboard.phases``). For a layer and a
 phase, layer patterns still come before kind rules; within each, a rule for
@@ -43,9 +43,6 @@ class Rule:
         self.target, self.backend, self.phase = target, backend, phase
         self.text = f"{target}{'@' + phase if phase else ''}={backend}"
 
-    def __iter__(self):  # (target, backend): what the rule checks unpack
-        return iter((self.target, self.backend))
-
     def __eq__(self, other) -> bool:
         return isinstance(other, Rule) and (self.target, self.backend, self.phase) == (
             other.target, other.backend, other.phase)
@@ -60,7 +57,7 @@ class Rule:
 class Overrides:
     __slots__ = ("kind_rules", "layer_rules", "backend_kinds")
 
-    def __init__(self, kind_rules: tuple[tuple[str, str], ...] = (), layer_rules: tuple[tuple[str, str], ...] = (),
+    def __init__(self, kind_rules: tuple[Rule, ...] = (), layer_rules: tuple[Rule, ...] = (),
                  backend_kinds: dict[str, str] | None = None):
         self.kind_rules = kind_rules  # Rule(kind, backend, phase)
         self.layer_rules = layer_rules  # Rule(pattern, backend, phase), in the order written
@@ -87,7 +84,7 @@ class Overrides:
             if not sep or not target or not backend:
                 raise UsageError(f"bad {what} {part!r}: write KIND=BACKEND or LAYER_PATTERN=BACKEND, optionally "
                                  "with a phase, for example attention=sdpa, model.layers.3.*=sdpa or "
-                                 "attention@decode=sdpa_cpu")
+                                 "attention@decode=sdpa")
             if not _NAME.fullmatch(backend):
                 raise UsageError(f"bad backend name {backend!r} in {what} {part!r}")
             target, at, phase = target.partition("@")

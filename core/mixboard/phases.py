@@ -2,7 +2,7 @@
 prompt or a chunk of one) and ``decode`` (one new token after earlier
 context). A layer may run each phase with its own backend when both keep
 its state in the same layout; rules name a phase with ``@``
-(``attention@decode=sdpa_cpu``).
+(``attention@decode=sdpa``).
 
 A step's rows are decodes first (``CommonBatchMetadata``), so a layer split
 by phase runs its first ``num_decodes`` rows through the decode backend and

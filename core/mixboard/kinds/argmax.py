@@ -44,5 +44,6 @@ ARGMAX = Kind(
     state_spec=no_state,
     description="greedy sampling: each row's largest logit",
     install_hint="argmax_torch ships with mixboard itself; reinstall mixboard",
-    conformance="mixboard.testing.conformance.op_kinds:ARGMAX",    row_inputs={"forward": 1},
+    conformance="mixboard.testing.conformance.op_kinds:ARGMAX",
+    row_inputs={"forward": 1},
 )

@@ -122,5 +122,6 @@ ATTENTION = Kind(
     state_spec=attention_state,
     description="softmax attention over a paged K/V cache",
     install_hint="pip install mixboard-sdpa",
-    conformance="mixboard.testing.conformance.kinds:ATTENTION",    row_inputs={"forward": 3},
+    conformance="mixboard.testing.conformance.kinds:ATTENTION",
+    row_inputs={"forward": 3},
 )

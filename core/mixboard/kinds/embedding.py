@@ -68,5 +68,6 @@ EMBEDDING = Kind(
     state_spec=no_state,
     description="token embedding table, shared with the LM head when tied",
     install_hint="embedding_torch ships with mixboard itself; reinstall mixboard",
-    conformance="mixboard.testing.conformance.op_kinds:EMBEDDING",    row_inputs={"forward": 1, "logits": 1},
+    conformance="mixboard.testing.conformance.op_kinds:EMBEDDING",
+    row_inputs={"forward": 1, "logits": 1},
 )

@@ -76,5 +76,6 @@ LINEAR = Kind(
     state_spec=no_state,
     description="a product with one weight (q/k/v fused, SwiGLU gate/up fused)",
     install_hint="linear_torch ships with mixboard itself; reinstall mixboard",
-    conformance="mixboard.testing.conformance.op_kinds:LINEAR",    row_inputs={"forward": 1},
+    conformance="mixboard.testing.conformance.op_kinds:LINEAR",
+    row_inputs={"forward": 1},
 )

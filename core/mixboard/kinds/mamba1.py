@@ -116,5 +116,6 @@ MAMBA1 = Kind(
     state_spec=mamba1_state,
     description="Mamba selective scan (S6) with causal conv",
     install_hint="pip install mixboard-mamba1",
-    conformance="mixboard.testing.conformance.kinds:MAMBA1",    row_inputs={"forward": 2},
+    conformance="mixboard.testing.conformance.kinds:MAMBA1",
+    row_inputs={"forward": 2},
 )

@@ -148,5 +148,6 @@ MAMBA2 = Kind(
     state_spec=mamba2_state,
     description="Mamba-2 SSD scan with causal conv and gated RMSNorm",
     install_hint="pip install mixboard-mamba2",
-    conformance="mixboard.testing.conformance.kinds:MAMBA2",    row_inputs={"forward": 3},
+    conformance="mixboard.testing.conformance.kinds:MAMBA2",
+    row_inputs={"forward": 3},
 )

@@ -75,5 +75,6 @@ RMS_NORM = Kind(
     state_spec=no_state,
     description="RMSNorm, the residual add before it fused",
     install_hint="rms_norm_torch ships with mixboard itself; reinstall mixboard",
-    conformance="mixboard.testing.conformance.op_kinds:RMS_NORM",    row_inputs={"forward": 2},
+    conformance="mixboard.testing.conformance.op_kinds:RMS_NORM",
+    row_inputs={"forward": 2},
 )

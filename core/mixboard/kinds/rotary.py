@@ -93,5 +93,6 @@ ROTARY = Kind(
     state_spec=no_state,
     description="rotary position embedding of q and k (rotate-half)",
     install_hint="rotary_torch ships with mixboard itself; reinstall mixboard",
-    conformance="mixboard.testing.conformance.op_kinds:ROTARY",    row_inputs={"forward": 3},
+    conformance="mixboard.testing.conformance.op_kinds:ROTARY",
+    row_inputs={"forward": 3},
 )

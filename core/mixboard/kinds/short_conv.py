@@ -94,5 +94,6 @@ SHORT_CONV = Kind(
     state_spec=short_conv_state,
     description="LFM2 gated short causal conv",
     install_hint="pip install mixboard-shortconv",
-    conformance="mixboard.testing.conformance.kinds:SHORT_CONV",    row_inputs={"forward": 3},
+    conformance="mixboard.testing.conformance.kinds:SHORT_CONV",
+    row_inputs={"forward": 3},
 )
