@@ -180,3 +180,30 @@ def test_the_phase_parts_of_a_step_are_the_metadata_of_their_sequences_alone(que
                 assert torch.equal(mine, want), field
             else:
                 assert mine == want, field
+
+
+def coarse(spec):  # attention's own records, in blocks of a multiple of 256 (flash-attn's paged kernel)
+    kept = registry().kind("attention").state_spec(spec)
+    return StateSpec(kept.layout, kept.tensors, 256)
+
+
+def test_backends_that_differ_only_in_block_multiple_share_a_layer():
+    plan = registry(FAST, PLAIN, make("coarse", priority=1, state=coarse), SSM).plan(
+        layers(), CPU, overrides="attention@decode=coarse")
+    assert by_layer(plan)["model.layers.0.attn"] == ("fast", "coarse")
+    (group,) = [g for g in plan.groups if g.kind == "attention"]
+    assert group.state_spec.block_multiple == 256 and plan.block_multiple == 256  # the pools suit both
+
+
+def test_a_phase_choice_names_its_own_phase_in_the_reasons():
+    r = registry()
+    leader = r.select("attention", AttentionSpec(), CPU, overrides=r.parse_overrides("attention=odd"))
+    decode = r.select("attention", AttentionSpec(), CPU, phase="decode", share_state_with=leader)
+    prefill = r.select("attention", AttentionSpec(), CPU, phase="prefill", share_state_with=leader)
+    assert "which runs its prefill rows" in decode.rejected["fast"][-1]
+    assert "which runs its decode rows" in prefill.rejected["fast"][-1]
+
+
+def test_a_phase_rule_that_agrees_with_the_other_phase_still_shows():
+    layer = registry().plan(layers(), CPU, overrides="attention@decode=fast").layers[0]
+    assert not layer.split and layer.selection.rule == "attention@decode=fast"

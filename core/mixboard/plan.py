@@ -18,7 +18,7 @@ from .environment import Environment
 from .option_rules import with_options
 from .options import OptionValues
 from .selection import Selection
-from .state import PAGED, StateSpec
+from .state import PAGED, StateSpec, shared_state
 
 
 class LayerPlan:
@@ -108,7 +108,8 @@ class Plan:
             entry[2].append(layer.name)
         groups: dict[tuple, tuple[str, list[str]]] = {}
         for selection, decode, names in by_selection.values():
-            key = (selection.chosen.name, selection.state_spec, decode and decode.chosen.name)
+            state = selection.state_spec if decode is None else shared_state(selection.state_spec, decode.state_spec)
+            key = (selection.chosen.name, state, decode and decode.chosen.name)
             groups.setdefault(key, (selection.kind, []))[1].extend(names)
         order = {name: i for i, name in enumerate(layer.name for layer in layers)} if len(groups) < len(by_selection) else None
         self.groups = tuple(Group(b, kind, s, tuple(sorted(names, key=order.__getitem__) if order else names), d)

@@ -22,7 +22,7 @@ from .phases import DECODE, PHASES, PREFILL
 from .plan import LayerPlan, Plan
 from .plugins import BackendEntry, Loaded, PluginRecord, load
 from .selection import Candidate, Selection, rank
-from .state import describe_state
+from .state import describe_state, same_records
 
 
 class Registry:
@@ -111,7 +111,9 @@ class Registry:
         forced = overrides.for_layer(layer, kind, phase) if overrides else None
         preferred = prefer.all_for_layer(layer, kind, phase) if prefer and forced is None else ()
         other = share_state_with
-        key = (kind, spec, env, forced, preferred, None if other is None else (other.chosen.name, other.state_spec))
+        # with another phase to share state with, the phase is in the reasons
+        key = (kind, spec, env, forced, preferred,
+               None if other is None else (phase, other.chosen.name, other.state_spec))
         selection = self._memo.get(key)
         if selection is None:
             selection = self._memo[key] = self._select(kind, spec, env, forced, layer, preferred, phase, other)
@@ -134,7 +136,7 @@ class Registry:
             if reasons:
                 raise SelectionError(
                     f"backend {name!r} is forced by rule {rule!r} but cannot serve {where} in {env}: "
-                    + "; ".join(reasons) + " (change or drop the rule; mixboard never falls back silently)",
+                    + "; ".join(reasons) + f" ({_remedy(rule)}; mixboard never falls back silently)",
                     {name: list(reasons)},
                 )
             rejected = {c.name: c.reasons or (f"not forced: rule {rule!r} picks {name}",)
@@ -163,8 +165,7 @@ class Registry:
         """``candidates`` with a reason against each that keeps the layer's state in another layout than
         ``other`` (the backend of the layer's other phase): both phases read and write one state."""
         if not kind_obj.row_inputs:
-            why = (f"kind {kind_obj.name!r} does not declare its per-row inputs (Kind.row_inputs), so its "
-                   f"layers cannot split their rows by phase",)
+            why = (f"kind {kind_obj.name!r} does not declare its per-row inputs (Kind.row_inputs), so " + _NO_SPLIT,)
             marked = [Candidate(c.name, c.priority, c.reasons + why) if c.name != other.chosen.name else c
                       for c in candidates]
         else:
@@ -172,11 +173,11 @@ class Registry:
             for c in candidates:
                 entry = self.backends[c.name]
                 state = state_of(entry.cls, kind_obj, spec)
-                if c.name != other.chosen.name and state != other.state_spec:
+                if c.name != other.chosen.name and not same_records(state, other.state_spec):
                     c = Candidate(c.name, c.priority, c.reasons + (
                         f"keeps the layer's state as {describe_state(state)}, but {other.chosen.name!r}, which "
-                        f"runs its {_other_phase(phase)} rows, keeps {describe_state(other.state_spec)}: a layer's "
-                        f"two phases share one state",))
+                        f"runs its {_other_phase(phase)} rows, keeps {describe_state(other.state_spec)}: "
+                        + _SHARED,))
                 marked.append(c)
         return tuple(sorted(marked, key=lambda c: (not c.available, -c.priority, c.name)))
 
@@ -279,7 +280,13 @@ class Registry:
         else:
             prefill = pick(PREFILL)
             decode = pick(DECODE, prefill)
-        return prefill, (None if decode.chosen.name == prefill.chosen.name else decode)
+        if decode.chosen.name != prefill.chosen.name:
+            return prefill, decode
+        # One backend for both: show the selection that explains it: the phase that followed the other's
+        # state layout where that turned a backend down, else the one a rule made.
+        if _turned_down_for_sharing(prefill):
+            return prefill, None
+        return (decode if _ruled(decode) and not _ruled(prefill) else prefill), None
 
     def check_rules_used(self, overrides: Overrides, prefer: Overrides, layers: list[tuple[str | None, str]]) -> None:
         """Every rule must name some of ``layers`` ((name, kind) pairs): a
@@ -353,6 +360,30 @@ class _Named:
 
     def __init__(self, name: str | None, kind: str):
         self.name, self.kind = name, kind
+
+
+_SHARED = "a layer's two phases share one state"
+_NO_SPLIT = "its layers cannot split their rows by phase"
+
+
+def _turned_down_for_sharing(selection: Selection) -> bool:
+    """Whether sharing the other phase's state cost this phase a backend it would have ranked first."""
+    rank_of = {c.name: (-c.priority, c.name) for c in selection.candidates}
+    chosen = rank_of[selection.chosen.name]
+    return any(rank_of[c.name] < chosen and len(c.reasons) == 1 and c.reasons[0].endswith((_SHARED, _NO_SPLIT))
+               for c in selection.candidates)
+
+
+def _ruled(selection: Selection) -> bool:
+    return selection.rule is not None or selection.preferred_by is not None
+
+
+def _remedy(rule: str) -> str:
+    """What to do about a forcing rule that cannot serve: a rule the user wrote can change; a lock's
+    (``lock FILE``, mixboard.lock) was written for another model or machine."""
+    if rule.startswith("lock "):
+        return "the lock was written for another model or machine: write it again here with `mixboard lock`"
+    return "change or drop the rule"
 
 
 def _other_phase(phase: str | None) -> str:

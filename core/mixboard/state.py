@@ -32,6 +32,7 @@ Example: ``StateSpec.slots(conv=((256, 3), "float32"))`` is a conv state of
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 PAGED = "paged"
@@ -90,6 +91,19 @@ class StateSpec:
         if self.block_multiple != 1:
             out["block_multiple"] = self.block_multiple
         return out
+
+
+def same_records(a: StateSpec, b: StateSpec) -> bool:
+    """Whether two backends keep a layer's state alike (layout and tensors), so that one can run its
+    prefill rows and the other its decode rows; their block multiples may differ (``shared_state``)."""
+    return (a.layout, a.tensors) == (b.layout, b.tensors)
+
+
+def shared_state(a: StateSpec, b: StateSpec) -> StateSpec:
+    """The state two backends of ``same_records`` share: blocks a multiple of what each needs."""
+    if a.block_multiple == b.block_multiple:
+        return a
+    return StateSpec(a.layout, a.tensors, math.lcm(a.block_multiple, b.block_multiple))
 
 
 def describe_state(state: StateSpec) -> str:
