@@ -15,6 +15,7 @@ read it; keys are sorted so that two locks of one plan are the same bytes.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -30,19 +31,25 @@ class LockMismatch(UsageError):
     """The lock cannot be reproduced here; the message lists every difference."""
 
 
-def lock_data(plan, *, model: dict, made_by: str, options: dict | None = None,
-              measurements: dict | None = None) -> dict:
-    """The lock of ``plan`` as plain JSON values. ``model``: what the plan is of (path, type, dtype);
-    ``made_by``: the command (``mixboard lock``, ``mixboard tune``)."""
+def plain_spec(spec) -> dict:
+    """A layer's spec as the lock writes it (JSON's values: lists, not tuples), to compare with one read back."""
+    return json.loads(json.dumps(spec.to_dict()))
+
+
+def lock_data(plan, *, model: dict, made_by: str, measurements: dict | None = None) -> dict:
+    """The lock of ``plan`` as plain JSON values, groups of layers of one kind, spec and backend per phase.
+    ``model``: what the plan is of (path, type, dtype); ``made_by``: the command (``mixboard lock``,
+    ``mixboard tune``)."""
     groups: dict[tuple, dict] = {}
     backends: dict[str, dict] = {}
     for layer in plan.layers:
         for selection in (layer.selection, layer.decode_selection or layer.selection):
             entry = selection.chosen
             backends[entry.name] = {"distribution": entry.distribution, "version": entry.version}
-        key = (layer.kind, layer.backend, layer.decode_backend)
+        spec = plain_spec(layer.spec)
+        key = (layer.kind, layer.backend, layer.decode_backend, json.dumps(spec, sort_keys=True))
         group = groups.setdefault(key, {"kind": layer.kind, PREFILL: layer.backend, DECODE: layer.decode_backend,
-                                        "layers": []})
+                                        "spec": spec, "layers": []})
         group["layers"].append(layer.name)
     data = {
         "lock_version": LOCK_VERSION,
@@ -51,7 +58,7 @@ def lock_data(plan, *, model: dict, made_by: str, options: dict | None = None,
         "fingerprint": plan.fingerprint,
         "environment": plan.environment.to_dict(),
         "backends": backends,
-        "options": options if options is not None else {b: dict(v) for b, v in plan.options.items()},
+        "options": {b: dict(v) for b, v in plan.options.items()},
         "groups": list(groups.values()),
     }
     if measurements is not None:
@@ -69,9 +76,11 @@ class Lock:
     def __init__(self, data: dict, source: str = "<lock>"):
         self.data, self.source = data, source
         self.choices: dict[str, tuple[str, str, str]] = {}
+        self.specs: dict[str, dict] = {}  # layer -> its spec when the lock was written
         for group in data["groups"]:
             for name in group["layers"]:
                 self.choices[name] = (group["kind"], group[PREFILL], group[DECODE])
+                self.specs[name] = group["spec"]
         self.backends: dict[str, dict] = data["backends"]
         self.environment: dict = data["environment"]
         self.fingerprint: str = data["fingerprint"]
@@ -93,7 +102,8 @@ class Lock:
 
     @property
     def rule(self) -> str:
-        """How the plan names a choice the lock forced."""
+        """How the plan names a choice the lock forced (the registry's advice for a forced backend that
+        cannot serve knows this ``lock `` prefix)."""
         return f"lock {Path(self.source).name}"
 
     def rules(self, rename=None) -> "LockedRules":
@@ -102,12 +112,17 @@ class Lock:
         return LockedRules(self, rename)
 
     def differences(self, registry, env, layers: Iterable[tuple[str, str, Any]], rename=None,
-                    partial: bool = False) -> list[str]:
+                    partial: bool = False, model_type: str | None = None) -> list[str]:
         """What keeps the lock from being reproduced here, one line each (empty: nothing), checked
-        before planning: the layers, the environment, the backends and where they came from.
-        ``partial``: the engine plans only some of the lock's layers (vLLM: the mixers)."""
+        before planning: the model, its layers and their specs (dtype among them), the environment,
+        the backends and where they came from. ``partial``: the engine plans only some of the lock's
+        layers (vLLM: the mixers). ``model_type``: the checkpoint's, where the engine knows it."""
         out = []
-        here = {(rename(n) if rename else n): kind for n, kind, _ in layers}
+        layers = [((rename(n) if rename else n), kind, spec) for n, kind, spec in layers]
+        here = {n: kind for n, kind, _ in layers}
+        locked_type = (self.data.get("model") or {}).get("model_type")
+        if model_type and locked_type and model_type != locked_type:
+            out.append(f"the model is a {model_type!r} checkpoint here, a {locked_type!r} one in the lock")
         missing = [n for n in here if n not in self.choices]
         if missing:
             out.append(f"layers not in the lock: {_few(missing)} (a lock of another model?)")
@@ -118,6 +133,8 @@ class Lock:
                  if n in self.choices and self.choices[n][0] != k]
         if wrong:
             out.append("layer kinds differ: " + _few(wrong))
+        out += _spec_differences([(n, spec, self.specs[n]) for n, kind, spec in layers
+                                  if n in self.choices and self.choices[n][0] == kind])
         now = env.to_dict()
         changed = [f"{k} {self.environment.get(k)!r} in the lock, {now.get(k)!r} here" for k in sorted(now)
                    if self.environment.get(k) != now.get(k)]
@@ -155,9 +172,20 @@ class Lock:
         if here != want:
             out.append(f"backend options differ: {want or 'none'} in the lock, {here or 'none'} here")
         if fingerprint and plan.fingerprint != self.fingerprint:
-            out.append(f"the plan's fingerprint is {plan.fingerprint}, the lock's {self.fingerprint} (the layers' "
-                       f"specs differ: another dtype or checkpoint?)")
+            out.append(f"the plan's fingerprint is {plan.fingerprint}, the lock's {self.fingerprint} (a lock edited "
+                       f"by hand, or written by another version of mixboard?)")
         return out
+
+    @contextmanager
+    def blamed(self):
+        """Planning with the lock's rules and options: a usage error there is the lock's (an option
+        value edited out of range, a backend that cannot serve), and says so."""
+        try:
+            yield
+        except LockMismatch:
+            raise
+        except UsageError as exc:
+            raise LockMismatch(f"lock {self.source}: {exc}") from None
 
     def refuse(self, problems: list[str]) -> None:
         if problems:
@@ -194,11 +222,25 @@ class LockedRules(Overrides):
         return self.lock.rule
 
 
+def _spec_differences(layers: list[tuple[str, Any, dict]]) -> list[str]:
+    """One line per way the layers' specs differ from the lock's (``dtype 'float32' in the lock,
+    'bfloat16' here``), naming the layers it applies to."""
+    found: dict[str, list[str]] = {}
+    for name, spec, locked in layers:
+        here = plain_spec(spec)
+        if here != locked:
+            fields = [f"{f} {locked.get(f)!r} in the lock, {here.get(f)!r} here" for f in sorted({*here, *locked})
+                      if here.get(f) != locked.get(f)]
+            found.setdefault("; ".join(fields), []).append(name)
+    return [f"layer specs differ ({_few(names)}): {what}" for what, names in found.items()]
+
+
 def _few(items: list[str]) -> str:
     return ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
 
 
 def _check_shape(data, source: str) -> None:
+    """Refuse, in one line, a file that is not a lock this mixboard wrote (or one edited out of shape)."""
     def bad(what: str):
         raise UsageError(f"{source}: not a mixboard lock ({what})")
 
@@ -212,5 +254,18 @@ def _check_shape(data, source: str) -> None:
             bad(f"{key!r} missing or not a {kind.__name__}")
     for group in data["groups"]:
         if not (isinstance(group, dict) and all(isinstance(group.get(k), str) for k in ("kind", PREFILL, DECODE))
-                and isinstance(group.get("layers"), list)):
-            bad("a group without kind, prefill, decode and layers")
+                and isinstance(group.get("spec"), dict) and isinstance(group.get("layers"), list)
+                and all(isinstance(n, str) for n in group["layers"])):
+            bad("a group without kind, prefill, decode, spec and a list of layer names")
+    for name, source_of in data["backends"].items():
+        if not (isinstance(source_of, dict) and all(isinstance(source_of.get(k), str)
+                                                    for k in ("distribution", "version"))):
+            bad(f"backend {name!r} without the distribution and version it came from")
+    used = {g[p] for g in data["groups"] for p in (PREFILL, DECODE)}
+    if used - set(data["backends"]):
+        bad(f"no distribution recorded for backend(s) {', '.join(sorted(used - set(data['backends'])))}")
+    options = data.get("options", {})
+    if not (isinstance(options, dict) and all(isinstance(v, dict) for v in options.values())):
+        bad("'options' not a mapping of backend to its option values")
+    if not isinstance(data.get("model", {}), dict):
+        bad("'model' not a mapping")

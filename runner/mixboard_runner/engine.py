@@ -153,8 +153,9 @@ class Engine:
             reuse_freed_memory()
         self.registry = registry or get_registry()
         # the plan (strict rules) and the tokenizer first: a mistake in either costs no weight load
-        self.plan = planned(self.registry, build_model(model, dtype).layer_decls(), self.env, backend, prefer, lock,
-                            backend_options)
+        shell = build_model(model, dtype)
+        self.plan = planned(self.registry, shell.layer_decls(), self.env, backend, prefer, lock, backend_options,
+                            shell.info.model_type)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.model = load_model(model, dtype, device, allow_nonfinite=allow_nonfinite_weights)
         self._owners = {}  # id(impl or builder) -> (backend, layer): whom an error blames
@@ -182,7 +183,8 @@ class Engine:
     def _bind_stateless(self) -> None:
         """Layers that keep no state (the dense ops): each impl takes its layer's weights once
         (``load``) and runs on its inputs alone. A layer split by phase has an impl per phase, each
-        with its own copy of the weights."""
+        preparing the weights its own way: one that packs them (panels, a oneDNN layout) keeps a
+        copy, so a split product may hold its weights twice."""
         modules = self.model.layers()
         self._rows = StepRows()  # a split op's cut, set every step
         for layer in self.plan.layers:

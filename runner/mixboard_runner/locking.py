@@ -15,9 +15,23 @@ from pathlib import Path
 from . import environment_flags, option_flags, rule_flags
 
 
-def planned(registry, decls, env, backend: str | None, prefer: str | None, lock, options=None):
+def add_flag(p) -> None:
+    """--lock (run, explain: reproduce a lock file's choices)."""
+    p.add_argument("--lock", default=None, metavar="FILE",
+                   help="reproduce this lock file's choices exactly (`mixboard lock` or `mixboard tune` wrote it), "
+                        "or fail saying what differs here (default: $MIXBOARD_LOCK)")
+
+
+def given(args) -> str | None:
+    """The lock file's path, from --lock or else $MIXBOARD_LOCK; None if neither."""
+    return args.lock if args.lock is not None else os.environ.get("MIXBOARD_LOCK") or None
+
+
+def planned(registry, decls, env, backend: str | None, prefer: str | None, lock, options=None,
+            model_type: str | None = None):
     """The plan of ``decls``: by the rules and backend ``options``, or exactly the lock's (a path or a
-    ``mixboard.lock.Lock``), its options included."""
+    ``mixboard.lock.Lock``), its options included. ``model_type``: the checkpoint's, which a lock's
+    must match."""
     if lock is None:
         return registry.plan(decls, env, backend, prefer, options)
     from mixboard.errors import UsageError
@@ -32,8 +46,9 @@ def planned(registry, decls, env, backend: str | None, prefer: str | None, lock,
     if not isinstance(lock, Lock):
         lock = Lock.read(lock)
     decls = list(decls)
-    lock.refuse(lock.differences(registry, env, [(n, k, s) for n, k, s in decls]))
-    plan = registry.plan(decls, env, lock.rules(), options=lock.options)
+    lock.refuse(lock.differences(registry, env, decls, model_type=model_type))
+    with lock.blamed():
+        plan = registry.plan(decls, env, lock.rules(), options=lock.options)
     lock.refuse(lock.check_plan(plan))
     return plan
 
@@ -50,7 +65,7 @@ def add_commands(commands) -> None:
                     "differs (a plugin version, a missing backend, another device). `mixboard tune` writes one "
                     "from measurements instead.",
         epilog="examples:\n  mixboard lock ./my-hybrid                          this machine's choices -> mixboard.lock\n"
-               "  mixboard lock ./my-hybrid --backend attention@decode=sdpa_cpu -o decode-cpu.lock\n"
+               "  mixboard lock ./my-hybrid --backend attention@decode=sdpa -o decode-sdpa.lock\n"
                "  mixboard lock ./my-hybrid --arch sm_90 -o h100.lock  the choices an H100 would get\n\n"
                + environment_flags.EPILOG, formatter_class=_raw())
     p.add_argument("model", nargs="?", default="demo", metavar="MODEL", help=MODEL_HELP)
@@ -85,7 +100,10 @@ def cmd_lock(args) -> int:
     plan = registry.plan(model.layer_decls(), env, rule_flags.forced(args), rule_flags.preferred(args),
                          option_flags.given(args))
     data = lock_data(plan, model=model_record(args.model, args.dtype, model.info), made_by="mixboard lock")
-    write_lock(output, data)
+    try:
+        write_lock(output, data)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     summary = {"path": str(output), "fingerprint": plan.fingerprint, "layers": len(plan.layers),
                "groups": len(data["groups"]), "split_by_phase": sum(1 for layer in plan.layers if layer.split)}
     if args.json:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
 
-from . import environment_flags, option_flags, rule_flags
+from . import environment_flags, locking, option_flags, rule_flags
 from .table import render
 
 DEFAULT_PROMPT = "The mixers of a hybrid model"
@@ -70,7 +69,9 @@ def _raw():
 
 
 def _add_common(p, lock: bool = False) -> None:
-    rule_flags.add_flags(p, lock)
+    rule_flags.add_flags(p)
+    if lock:
+        locking.add_flag(p)
     option_flags.add_flag(p)
     p.add_argument("--device", default=None, help="torch device (run: the device to run on, default cpu; explain: "
                                                   "simulate this device type, default this machine)")
@@ -165,7 +166,7 @@ def cmd_explain(args) -> int:
     env, notes = environment_flags.resolve(args)
     registry = get_registry()
     plan = planned(registry, model.layer_decls(), env, rule_flags.forced(args), rule_flags.preferred(args),
-                   rule_flags.locked(args), option_flags.given(args))
+                   locking.given(args), option_flags.given(args), model.info.model_type)
     if args.json:
         print(json.dumps(explain_dict(plan), indent=2))
         return 0
@@ -216,7 +217,7 @@ def cmd_run(args) -> int:
                             top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed,
                             ignore_eos=args.ignore_eos)
     engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=rule_flags.forced(args),
-                    prefer=rule_flags.preferred(args), lock=rule_flags.locked(args) or "",
+                    prefer=rule_flags.preferred(args), lock=locking.given(args) or "",
                     backend_options=option_flags.given(args) or "",
                     cache_memory=parse_size(args.cache_memory), allow_nonfinite_weights=args.allow_nonfinite_weights,
                     reuse_host_memory=True)  # the whole program: its allocator is ours to tune

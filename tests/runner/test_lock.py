@@ -108,6 +108,12 @@ def test_every_kind_of_difference_fails_with_its_reason(models, tmp_path):
     message = mismatch(models["mamba"], str(path))
     assert "layers not in the lock: backbone.embeddings, backbone.layers.0.norm, backbone.layers.0.mixer and" in message
     assert "locked layers this model does not have: model.embed_tokens" in message
+    assert "the model is a 'mamba' checkpoint here, a 'bamba' one in the lock" in message
+
+    with pytest.raises(LockMismatch) as err:  # the same checkpoint in another dtype
+        Engine(models["bamba"], backend="", prefer="", lock=path, dtype="bfloat16")
+    assert "layer specs differ (model.embed_tokens, " in str(err.value)
+    assert "dtype 'float32' in the lock, 'bfloat16' here" in str(err.value)
 
     def another_spec(data):
         data["fingerprint"] = "0123456789abcdef"
@@ -115,6 +121,16 @@ def test_every_kind_of_difference_fails_with_its_reason(models, tmp_path):
 
     with pytest.raises(UsageError, match="a lock fixes every layer's backends"):
         Engine(models["bamba"], backend="attention=sdpa", prefer="", lock=path)
+
+
+def test_a_bad_option_value_in_a_lock_names_the_lock(models, tmp_path):
+    path = tmp_path / "split.lock"
+    mixboard("lock", models["bamba"], "--backend", SPLIT, "-o", path)
+
+    def zero(data):
+        data["options"]["sdpa"]["decode_chunk_mib"] = 0
+    message = mismatch(models["bamba"], edited(path, tmp_path, zero))
+    assert message.startswith(f"lock {tmp_path / 'edited.lock'}: backend option") and "at least 1" in message
 
 
 def test_a_lock_made_for_another_machine_says_so(models, tmp_path):
@@ -156,6 +172,15 @@ def test_an_upgraded_plugin_is_a_difference(models, tmp_path):
     ('{"groups": []}', "not a mixboard lock (no lock_version)"),
     ('{"lock_version": 9}', "lock format 9; this mixboard reads format 1"),
     ('{"lock_version": 1, "groups": {}}', "'groups' missing or not a list"),
+    ('{"lock_version": 1, "groups": [{"kind": "attention", "prefill": "sdpa", "decode": "sdpa", "layers": ["a"]}], '
+     '"backends": {}, "environment": {}, "fingerprint": ""}', "a group without kind, prefill, decode, spec"),
+    ('{"lock_version": 1, "groups": [], "backends": {"sdpa": "x"}, "environment": {}, "fingerprint": ""}',
+     "backend 'sdpa' without the distribution and version it came from"),
+    ('{"lock_version": 1, "groups": [{"kind": "attention", "prefill": "sdpa", "decode": "sdpa", "spec": {}, '
+     '"layers": ["a"]}], "backends": {}, "environment": {}, "fingerprint": ""}',
+     "no distribution recorded for backend(s) sdpa"),
+    ('{"lock_version": 1, "groups": [], "backends": {}, "environment": {}, "fingerprint": "", "options": {"sdpa": 3}}',
+     "'options' not a mapping of backend to its option values"),
 ])
 def test_a_file_that_is_not_a_lock_is_refused_in_one_line(tmp_path, text, message):
     path = tmp_path / "bad.lock"

@@ -111,7 +111,8 @@ class ProcessPlan:
                 "or (on CUDA) vLLM was not started with --attention-backend CUSTOM; set MIXBOARD_VLLM=0 "
                 "to let vLLM run the whole model")
         try:
-            self.plan = _planned(registry, layers, self.env)
+            self.plan = _planned(registry, layers, self.env,
+                                 getattr(vllm_config.model_config.hf_config, "model_type", None))
         except MixboardError as exc:
             raise StartupError(f"mixboard-vllm: {exc}") from None
         state.check_paged_layout(self.plan)
@@ -153,7 +154,7 @@ class ProcessPlan:
             raise StartupError(f"mixboard-vllm: layer {name!r} is not in this process's plan") from None
 
 
-def _planned(registry, layers, env):
+def _planned(registry, layers, env, model_type=None):
     """The mixers' plan: by the rules, or exactly a lock's ($MIXBOARD_LOCK, `mixboard lock`), whose
     layers are matched to vLLM's by name, else by kind and block (``_lock_names``); the lock's dense
     ops are vLLM's own here."""
@@ -171,8 +172,9 @@ def _planned(registry, layers, env):
     lock = Lock.read(path)
     rename = _lock_names(lock, layers).get
 
-    lock.refuse(lock.differences(registry, env, layers, rename, partial=True))
-    plan = registry.plan(layers, env, lock.rules(rename), options=lock.options_for(layers, rename))
+    lock.refuse(lock.differences(registry, env, layers, rename, partial=True, model_type=model_type))
+    with lock.blamed():
+        plan = registry.plan(layers, env, lock.rules(rename), options=lock.options_for(layers, rename))
     lock.refuse(lock.check_plan(plan, fingerprint=False, partial=True))
     return plan
 
