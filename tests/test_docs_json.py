@@ -51,7 +51,8 @@ RUNS = {
     ],
     "mixboard lock --json": [(["lock", "--force", "-o", os.devnull, "--json"], 0)],
     "mixboard tune --json": [(["tune", "--kinds", "argmax,rotary,short_conv", "--budget", "0.01", "--prompt", "8",
-                               "--batch", "2", "--context", "8", "--force", "-o", os.devnull, "--json"], 0)],
+                               "--batch", "2", "--context", "8", "--force", "-o", os.devnull, "--json",
+                               "--backend-option", "linear_onednn.layout=as_loaded"], 0)],
     "mixboard explain --json and mixboard run --json, when no backend can serve a layer": [
         (["explain", "--backend", "attention=flash_attn", "--json"], 1),
         (["run", "--backend", "attention=flash_attn", "--max-tokens", "1", "--json"], 1),

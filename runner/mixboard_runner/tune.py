@@ -1,136 +1,27 @@
 """``mixboard tune MODEL``: measure every backend that can serve each group of
 the model's layers (same kind, same spec) in each phase, on this machine,
-with the model's shapes, and pick by the measurements.
+with the model's shapes (``measure``), and pick by the measurements.
 
-Each measurement is short and bounded: an impl is built as a runner builds
-it, given the kind's conformance weights and inputs (the kit's adapters, so
-a plugin's kind is measured like a built-in one), then its step is timed
-until ``budget`` seconds or ``MAX_REPEATS`` runs, and the fastest kept. A
-phase's cost for a group is what one step costs it: its backend's builder
+A phase's cost for a group is what one step costs it: its backend's builder
 once (the kinds that keep state) plus one forward per layer. The winners go
 into a lock file (``mixboard.lock``), which ``run --lock`` then reproduces.
-A layer's two phases must share a state layout, so where the fastest
-prefill and decode backends keep it differently, the pair of one layout
-that costs least (each phase's time over its best) wins.
+``pick`` says how a winner is chosen.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
-import time
 from pathlib import Path
 
+from . import option_flags
+from .measure import Shape, measure_mixer, measure_op
 from .table import render
 
-MAX_REPEATS = 200
-MIN_REPEATS = 3
-
-
-class Shape:
-    """What a measured step holds: prefill, ``prefill_seqs`` fresh prompts of ``prompt`` tokens;
-    decode, ``batch`` sequences of one new token after ``context`` tokens each."""
-
-    def __init__(self, prompt: int, prefill_seqs: int, batch: int, context: int):
-        self.prompt, self.prefill_seqs, self.batch, self.context = prompt, prefill_seqs, batch, context
-
-    def rows(self, phase: str) -> tuple[list[int], list[int]]:
-        """(new tokens, context) per sequence."""
-        if phase == "prefill":
-            return [self.prompt] * self.prefill_seqs, [0] * self.prefill_seqs
-        return [1] * self.batch, [self.context] * self.batch
-
-    def to_dict(self) -> dict:
-        return {"prompt": self.prompt, "prefill_seqs": self.prefill_seqs, "batch": self.batch, "context": self.context}
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _timed(run, device: str, budget: float) -> float:
-    """The fewest seconds of ``run()``, after one warm-up, over runs until ``budget`` is spent: on a
-    shared machine interference only ever slows a run down, so the fastest is the one that repeats."""
-    run()
-    _sync(device)
-    times: list[float] = []
-    spent = time.perf_counter()
-    while len(times) < MIN_REPEATS or (len(times) < MAX_REPEATS and time.perf_counter() - spent < budget):
-        start = time.perf_counter()
-        run()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def measure_mixer(adapter, backend, kind, spec, env, phase: str, shape: Shape, device: str, budget: float):
-    """(builder seconds, forward seconds) of one step of ``phase`` on ``backend``."""
-    import torch
-
-    from mixboard import CommonBatchMetadata
-    from mixboard.backend import state_of
-    from mixboard.dtypes import torch_dtype
-    from mixboard.ops.checks import build_builder, build_impl
-    from mixboard.testing.conformance.kinds import cast_weights
-
-    dtype = torch_dtype(spec.dtype)
-    gen = torch.Generator().manual_seed(0)
-    state = state_of(backend, kind, spec)
-    query, context = shape.rows(phase)
-    block = math.lcm(16, state.block_multiple)
-    tables, used = [], 0
-    for q, c in zip(query, context):
-        need = -(-(q + c) // block) if state.layout == "paged" else 0
-        tables.append(list(range(used, used + need)))
-        used += need
-    count = used if state.layout == "paged" else len(query)
-    pools = {name: torch.zeros((count, block, *t.shape) if state.layout == "paged" else (count, *t.shape),
-                               dtype=torch_dtype(t.dtype), device=device) for name, t in state.tensors}
-    tokens = sum(query)
-    inputs = {name: (torch.randn((tokens, *per_token), generator=gen) * scale).to(device=device, dtype=dtype)
-              for name, (per_token, scale) in adapter.inputs(spec).items()}
-    weights = cast_weights(adapter.weights(spec, gen), dtype, device) if adapter.weights else None
-    impl = build_impl(backend, spec, env, f"tune.{kind.name}")
-    builder = build_builder(backend, spec, env)  # a backend's options at their defaults, as build_impl's
-
-    def common():
-        return CommonBatchMetadata.build(query, context, list(range(len(query))), tables, block, device)
-
-    made = common()  # a builder may memo on its metadata object: time it on a fresh one each run
-    build_s = _timed(lambda: builder(common()), device, budget / 4) - _timed(common, device, budget / 8)
-    meta = builder(made)
-    forward_s = _timed(lambda: adapter.call(impl, inputs, weights, pools, meta), device, budget)
-    return max(build_s, 0.0), forward_s
-
-
-def measure_op(adapter, backend, spec, env, phase: str, shape: Shape, device: str, budget: float):
-    """(0, forward seconds) of one step of ``phase`` on ``backend``: every call the kind's layers get."""
-    import torch
-
-    from mixboard.dtypes import torch_dtype
-    from mixboard.ops.checks import build_impl
-    from mixboard.testing.conformance.kinds import cast_weights
-
-    gen = torch.Generator().manual_seed(0)
-    impl = build_impl(backend, spec, env, f"tune.{adapter.kind}")
-    if adapter.weights is not None:
-        impl.load(cast_weights(adapter.weights(spec, gen), torch_dtype(spec.dtype), device))
-    rows = sum(shape.rows(phase)[0])
-    calls = []
-    for call in adapter.calls_of(spec):
-        args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in call.draw(spec, rows, gen, 0).values()]
-        calls.append((getattr(impl, call.method), args))
-
-    def step():
-        for method, args in calls:
-            method(*args)
-
-    return 0.0, _timed(step, device, budget)
+# A layer split by phase must save at least this share of its best single backend's cost: a split
+# builds twice the metadata and, for a dense op, may hold its weights twice, for nothing on a tie.
+SPLIT_GAIN = 0.05
 
 
 class Group:
@@ -164,31 +55,64 @@ def groups_of(plan) -> list[Group]:
     return list(found.values())
 
 
-def pick(group: Group, registry, env) -> None:
-    """The pair of one state layout that costs least, each phase's time over its best."""
-    from mixboard.backend import state_of
+def pick(group: Group, kind, backends) -> None:
+    """The winner of ``group``: the backend, or the pair (prefill, decode), that costs least.
 
-    kind = registry.kind(group.kind)
-    measured = [b for b in group.candidates if b in group.times and len(group.times[b]) == 2]
+    A choice's cost is each phase's time over that phase's best time, summed: the two phases weigh
+    the same, since which one dominates depends on the workload (a prefill step of hundreds of tokens
+    would otherwise drown a decode step). A pair of two backends wins over the best single backend
+    only where both keep the layer's state alike (``same_records``), the kind can cut its rows by
+    phase (``Kind.row_inputs``), and it saves ``SPLIT_GAIN`` of the single backend's cost.
+    ``backends``: name -> backend class."""
+    from mixboard.backend import state_of
+    from mixboard.state import same_records
+
+    times = group.times
+    measured = [b for b in group.candidates if len(times.get(b, {})) == 2]
     if not measured:
         group.note = "nothing measured: the priority's choice"
         return
-    best = {phase: min(group.times[b][phase] for b in measured) for phase in ("prefill", "decode")}
-    layout = {b: state_of(registry.backends[b].cls, kind, group.spec) for b in measured}
-    pairs = [(group.times[p]["prefill"] / best["prefill"] + group.times[d]["decode"] / best["decode"], p, d)
-             for p in measured for d in measured if layout[p] == layout[d]]
-    _, prefill, decode = min(pairs)
+    best = {phase: min(times[b][phase] for b in measured) for phase in ("prefill", "decode")}
+
+    def cost(prefill: str, decode: str) -> float:
+        return times[prefill]["prefill"] / best["prefill"] + times[decode]["decode"] / best["decode"]
+
+    single = min(measured, key=lambda b: (cost(b, b), b))
+    group.winner = (single, single)
+    fastest = (min(measured, key=lambda b: times[b]["prefill"]), min(measured, key=lambda b: times[b]["decode"]))
+    if fastest[0] == fastest[1]:
+        return
+    if not kind.row_inputs:
+        group.note = (f"{fastest[0]} is the fastest at prefill, {fastest[1]} at decode, but kind {kind.name!r} "
+                      f"cannot split its rows by phase (no Kind.row_inputs)")
+        return
+    state = {b: state_of(backends[b], kind, group.spec) for b in measured}
+    pairs = [(cost(p, d), p, d) for p in measured for d in measured if p != d and same_records(state[p], state[d])]
+    if not pairs:
+        group.note = f"the fastest pair ({fastest[0]}, {fastest[1]}) keeps the state two ways: one backend wins"
+        return
+    split_cost, prefill, decode = min(pairs)
+    if split_cost > cost(single, single) * (1 - SPLIT_GAIN):
+        group.note = (f"splitting it ({prefill} prefill, {decode} decode) would save under {SPLIT_GAIN:.0%}: "
+                      f"one backend for both phases")
+        return
     group.winner = (prefill, decode)
-    fastest = (min(measured, key=lambda b: group.times[b]["prefill"]), min(measured, key=lambda b: group.times[b]["decode"]))
-    if fastest != group.winner:
-        group.note = (f"the fastest pair ({fastest[0]}, {fastest[1]}) keeps two state layouts; the best pair of one "
-                      f"layout wins")
+    if (prefill, decode) != fastest:
+        group.note = f"the fastest pair ({fastest[0]}, {fastest[1]}) keeps the state two ways"
+    if not state[prefill].tensors:
+        group.note = ((group.note + "; ") if group.note else "") + "split: each phase's backend prepares its own weights"
 
 
-def tune(model_path, dtype: str, device: str, shape: Shape, budget: float, kinds: set[str] | None, progress=None):
-    """(plan by priority, groups measured, environment) for the model at ``model_path``."""
+def tune(model_path, dtype: str, device: str, shape: Shape, budget: float, kinds: set[str] | None,
+         options=None, progress=None):
+    """(registry, model, environment, groups measured) of the model at ``model_path`` (its shell:
+    ``build_model``, weights not loaded).
+    ``options``: {backend: {option: value}} to measure the backends with (the rest at their defaults).
+    Raises UsageError before measuring anything for ``kinds`` the model has none of."""
     from mixboard import get_registry
     from mixboard.environment import for_device
+    from mixboard.errors import UsageError
+    from mixboard.option_rules import for_backend
     from mixboard.selection import rank
     from mixboard.testing.conformance.kinds import adapter_of
     from mixboard.testing.conformance.ops import OpAdapter
@@ -197,9 +121,12 @@ def tune(model_path, dtype: str, device: str, shape: Shape, budget: float, kinds
 
     env = for_device(device)
     registry = get_registry()
-    decls = build_model(model_path, dtype).layer_decls()
-    plan = registry.plan(decls, env, "", "")
-    groups = groups_of(plan)
+    model = build_model(model_path, dtype)
+    groups = groups_of(registry.plan(model.layer_decls(), env, "", ""))
+    present = {g.kind for g in groups}
+    if kinds is not None and kinds - present:
+        raise UsageError(f"--kinds names {', '.join(sorted(kinds - present))}, which this model has no layers of "
+                         f"(its kinds: {', '.join(sorted(present))})")
     work = []
     for group in groups:
         if kinds is not None and group.kind not in kinds:
@@ -221,22 +148,25 @@ def tune(model_path, dtype: str, device: str, shape: Shape, budget: float, kinds
         if name in group.errors:
             continue
         backend = registry.backends[name].cls
+        values = for_backend(backend, (options or {}).get(name)) if getattr(backend, "options", ()) else None
         try:
             if isinstance(adapter, OpAdapter):
-                build_s, forward_s = measure_op(adapter, backend, group.spec, env, phase, shape, device, budget)
+                build_s, forward_s = measure_op(adapter, backend, group.spec, env, phase, shape, device, budget,
+                                                values)
             else:
                 build_s, forward_s = measure_mixer(adapter, backend, registry.kind(group.kind), group.spec, env,
-                                                   phase, shape, device, budget)
+                                                   phase, shape, device, budget, values)
         except Exception as exc:  # noqa: BLE001 - one backend's failure must not end the others' measurements
             group.errors[name] = f"{type(exc).__name__}: {exc}"
             continue
         group.times.setdefault(name, {})[phase] = build_s + len(group.layers) * forward_s
     if progress:
         progress(len(work), len(work), "done")
+    backends = {name: entry.cls for name, entry in registry.backends.items()}
     for group in groups:
-        if group.candidates and len(group.candidates) > 1:
-            pick(group, registry, env)
-    return registry, decls, env, groups
+        if len(group.candidates) > 1:
+            pick(group, registry.kind(group.kind), backends)
+    return registry, model, env, groups
 
 
 def add_commands(commands) -> None:
@@ -248,7 +178,9 @@ def add_commands(commands) -> None:
                     "time every backend that can serve it here with the model's shapes, in short bounded runs, "
                     "print a table of times and winners, and write the winners to a lock file that `mixboard run "
                     "--lock` reproduces. A phase's time for a group is one step's: its builder once plus one "
-                    "forward per layer. Both phases of a layer must keep one state layout.",
+                    "forward per layer. The winner costs least with both phases weighed the same (each phase's "
+                    "time over its best); a layer gets two backends, one per phase, only where both keep its "
+                    "state alike and the split saves at least 5%.",
         epilog="examples:\n  mixboard tune ./my-hybrid                       measure, print, write mixboard.lock\n"
                "  mixboard tune ./my-hybrid --kinds attention,mamba2 --batch 64 -o decode64.lock\n"
                "  mixboard run ./my-hybrid --lock mixboard.lock   run with the measured choices",
@@ -265,6 +197,7 @@ def add_commands(commands) -> None:
                    help="decode: tokens each sequence holds already (default 512)")
     p.add_argument("--budget", type=float, default=0.2, metavar="S",
                    help="seconds of timed runs per backend and phase, at least 3 runs each (default 0.2)")
+    option_flags.add_flag(p)
     p.add_argument("-o", "--output", default=None, metavar="FILE", help="the lock to write (default: mixboard.lock)")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON (stable contract)")
@@ -280,8 +213,10 @@ def _positive(name: str, value, low: float = 1):
 
 
 def cmd_tune(args) -> int:
+    from mixboard import get_registry
     from mixboard.errors import UsageError
-    from mixboard.lock import DEFAULT_LOCK, Lock, lock_data, write_lock
+    from mixboard.lock import DEFAULT_LOCK, Lock, lock_data, plain_spec, write_lock
+    from mixboard.option_rules import parse
 
     from .locking import model_record
 
@@ -291,8 +226,11 @@ def cmd_tune(args) -> int:
     output = Path(args.output or DEFAULT_LOCK)
     if output.exists() and not args.force:
         raise UsageError(f"{output} exists: give --force to overwrite it, or -o another file")
+    if not output.parent.is_dir():
+        raise UsageError(f"cannot write {output}: no folder {str(output.parent)!r}")
     if os.environ.get("MIXBOARD_BACKEND") or os.environ.get("MIXBOARD_PREFER"):
         raise UsageError("tune measures every eligible backend: unset $MIXBOARD_BACKEND and $MIXBOARD_PREFER")
+    options = parse(option_flags.given(args), get_registry().backends)
     kinds = None if args.kinds is None else {k.strip() for k in args.kinds.split(",") if k.strip()}
     shape = Shape(args.prompt, args.prefill_seqs, args.batch, args.context)
     busy = os.getloadavg()[0]
@@ -300,22 +238,25 @@ def cmd_tune(args) -> int:
         sys.stderr.write(f"mixboard tune: note: the machine is busy (load {busy:.1f} on {os.cpu_count()} cores): "
                          f"the times will be noisy; tune on a quiet machine for choices that hold\n")
     progress = _Bar() if sys.stderr.isatty() and not args.json else None
-    registry, decls, env, groups = tune(args.model, args.dtype, args.device, shape, args.budget, kinds, progress)
-    if kinds is not None:
-        unknown = kinds - {g.kind for g in groups}
-        if unknown:
-            raise UsageError(f"--kinds names {', '.join(sorted(unknown))}, which this model has no layers of "
-                             f"(its kinds: {', '.join(sorted({g.kind for g in groups}))})")
-    chosen = [{"kind": g.kind, "prefill": g.winner[0], "decode": g.winner[1], "layers": g.layers} for g in groups]
+    registry, model, env, groups = tune(args.model, args.dtype, args.device, shape, args.budget, kinds, options,
+                                        progress)
+    chosen = [{"kind": g.kind, "prefill": g.winner[0], "decode": g.winner[1], "spec": plain_spec(g.spec),
+               "layers": g.layers} for g in groups]
     pinned = Lock({"groups": chosen, "backends": {}, "environment": env.to_dict(), "fingerprint": ""}, "tune")
-    plan = registry.plan(decls, env, pinned.rules())
+    running = {b for g in groups for b in g.winner}
+    unused = sorted(set(options) - running)
+    plan = registry.plan(model.layer_decls(), env, pinned.rules(),
+                         options={b: v for b, v in options.items() if b in running})
     measured = [g.to_dict() for g in groups]
-    data = lock_data(plan, model=model_record(args.model, args.dtype, _info(args)), made_by="mixboard tune",
+    data = lock_data(plan, model=model_record(args.model, args.dtype, model.info), made_by="mixboard tune",
                      measurements={"shape": shape.to_dict(), "budget_s": args.budget, "groups": measured})
-    write_lock(output, data)
+    try:
+        write_lock(output, data)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps({"path": str(output), "fingerprint": plan.fingerprint, "shape": shape.to_dict(),
-                          "groups": measured}, indent=2))
+                          "groups": measured, "options_unused": unused}, indent=2))
         return 0
     print(f"measured on {env}: prefill {shape.prefill_seqs} x {shape.prompt} tokens, decode {shape.batch} "
           f"sequences after {shape.context} tokens; ms per step of each group (its builder + one forward a layer)")
@@ -329,16 +270,13 @@ def cmd_tune(args) -> int:
             rows.append([g.kind if i == 0 else "", f"{len(g.layers)}" if i == 0 else "",
                          g.layers[0] if i == 0 else "", b, *cells, note])
     print(render(["kind", "layers", "first layer", "backend", "prefill ms", "decode ms", "note"], rows))
+    if unused:
+        print(f"\n(the options of {', '.join(unused)} were measured with but are not in the lock: no layer runs "
+              f"{'it' if len(unused) == 1 else 'them'})")
     changed = sum(1 for g in groups if g.winner != g.priority)
     print(f"\n* the winner. {changed} of {len(groups)} groups differ from the priority's choice; wrote {output} "
           f"(fingerprint {plan.fingerprint}): run with it: mixboard run {args.model} --lock {output}")
     return 0
-
-
-def _info(args):
-    from .loader import build_model
-
-    return build_model(args.model, args.dtype).info
 
 
 class _Bar:

@@ -13,6 +13,11 @@ import pytest
 
 from checkpoints import make_checkpoint
 from distfactory import write_distribution
+from mixboard import AttentionSpec, Backend, Registry
+from mixboard.kinds import Kind
+from mixboard.kinds.op import no_state
+from mixboard.state import StateSpec
+from mixboard_runner.tune import Group, pick
 
 SLOW = """
     import time
@@ -106,3 +111,56 @@ def test_tune_refuses_bad_input_in_one_line(setup):
     assert "--kinds names mamba9, which this model has no layers of" in err and "Traceback" not in err
     err = mixboard(setup, "tune", setup / "llama", "--batch", "0", status=2).stderr
     assert "--batch must be at least 1, not 0" in err
+
+
+def test_tune_checks_where_it_writes_before_measuring(setup):
+    err = mixboard(setup, "tune", setup / "llama", "-o", setup / "no-such-folder" / "x.lock", status=2).stderr
+    assert "cannot write" in err and "no folder" in err and "Traceback" not in err
+
+
+# How pick chooses, from given times: which pair wins is a rule of its own, apart from measuring.
+
+def _backend(name, kind="attention", state=None):
+    attrs = dict(name=name, kind=kind, priority=1, devices=("*",), dtypes=("float32",), api_version=1)
+    if state is not None:
+        attrs["state_spec"] = classmethod(lambda cls, spec: state(spec))
+    return type(name, (Backend,), attrs)
+
+
+def _transposed(spec):  # attention's state kept another way
+    return StateSpec.paged(kv=((2, spec.head_size, spec.num_kv_heads), spec.dtype))
+
+
+def _picked(kind_name, times, states=None, kinds=()):
+    states = states or {}
+    backends = {b: _backend(b, kind_name, states.get(b)) for b in times}
+    registry = Registry.from_backends(tuple(backends.values()), kinds)
+    kind = registry.kind(kind_name)
+    group = Group(kind_name, kind.default_spec(), ["l.0", "l.1"], ("x", "x"))
+    group.candidates = list(times)
+    group.times = {b: {"prefill": p, "decode": d} for b, (p, d) in times.items()}
+    pick(group, kind, backends)
+    return group.winner, group.note
+
+
+def test_pick_splits_a_layer_only_where_it_pays():
+    # each backend is twice the other's time in one phase: the split halves the cost
+    assert _picked("attention", {"a": (10, 10), "b": (20, 5)}) == (("a", "b"), "")
+    # a split that saves under 5 % is not worth two backends: the best single one wins
+    winner, note = _picked("attention", {"a": (10, 5.2), "b": (10.2, 5)})
+    assert winner == ("b", "b") and "would save under 5%" in note
+    # both phases fastest on one backend: no split to consider
+    assert _picked("attention", {"a": (10, 5), "b": (12, 6)}) == (("a", "a"), "")
+
+
+def test_pick_keeps_a_layer_whole_where_its_state_or_kind_cannot_split():
+    winner, note = _picked("attention", {"a": (10, 10), "odd": (20, 5)}, {"odd": _transposed})
+    assert winner == ("a", "a") and "keeps the state two ways" in note
+    blob = Kind("blob", AttentionSpec, object, no_state, "a kind that declares no row inputs")
+    winner, note = _picked("blob", {"a": (10, 10), "b": (20, 5)}, kinds=[blob])
+    assert winner[0] == winner[1] and "cannot split its rows by phase" in note
+
+
+def test_pick_says_a_split_dense_op_prepares_its_weights_per_phase():
+    winner, note = _picked("linear", {"a": (10, 10), "b": (20, 5)})
+    assert winner == ("a", "b") and "prepares its own weights" in note
