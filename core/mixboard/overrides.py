@@ -24,7 +24,7 @@ written.
 from __future__ import annotations
 
 import re
-from fnmatch import fnmatchcase
+from fnmatch import translate
 
 from .errors import UsageError
 from .phases import PHASES
@@ -55,7 +55,7 @@ class Rule:
 
 
 class Overrides:
-    __slots__ = ("kind_rules", "layer_rules", "backend_kinds")
+    __slots__ = ("kind_rules", "layer_rules", "backend_kinds", "_patterns", "_phased")
 
     def __init__(self, kind_rules: tuple[Rule, ...] = (), layer_rules: tuple[Rule, ...] = (),
                  backend_kinds: dict[str, str] | None = None):
@@ -64,6 +64,9 @@ class Overrides:
         # backend -> the kind it serves: a layer pattern applies to layers of that kind only
         # (a backend not listed, unknown or given without a registry, applies to every layer it matches)
         self.backend_kinds = backend_kinds or {}
+        # a plan asks every layer: match each pattern with its regex compiled once
+        self._patterns = tuple((r, re.compile(translate(r.target)).match) for r in layer_rules)
+        self._phased = any(r.phase for r in kind_rules + layer_rules)
 
     @classmethod
     def parse(cls, text: str | None, kinds=None, repeats: bool = False,
@@ -113,17 +116,16 @@ class Overrides:
     @property
     def has_phases(self) -> bool:
         """Whether any rule names a phase (else both phases of a layer resolve alike)."""
-        return any(r.phase for r in self.kind_rules + self.layer_rules)
+        return self._phased
 
     def _matching(self, layer: str | None, kind: str, phase: str | None) -> list[Rule]:
         """The rules naming this layer in ``phase`` (None: rules for both phases only), best first:
         layer patterns, then kind rules; within each, the phase's rules, then those for both."""
-        def applies(rule: Rule) -> bool:
-            return rule.phase is None or rule.phase == phase
-
-        patterns = [r for r in self.layer_rules if layer is not None and applies(r) and fnmatchcase(layer, r.target)
-                    and self.backend_kinds.get(r.backend, kind) == kind]
-        kinds = [r for r in self.kind_rules if r.target == kind and applies(r)]
+        patterns = [r for r, match in self._patterns if layer is not None and (r.phase is None or r.phase == phase)
+                    and match(layer) and self.backend_kinds.get(r.backend, kind) == kind]
+        kinds = [r for r in self.kind_rules if r.target == kind and (r.phase is None or r.phase == phase)]
+        if not self._phased:
+            return patterns + kinds
         by_phase = lambda r: r.phase is None  # noqa: E731 (stable: the order written within each)
         return sorted(patterns, key=by_phase) + sorted(kinds, key=by_phase)
 

@@ -245,7 +245,9 @@ class Registry:
             if name in seen:
                 raise UsageError(f"layer name {name!r} appears twice")
             seen.add(name)
-            if phased:
+            if not (has_rules or preferring):
+                rules = _NO_RULES
+            elif phased:
                 rules = tuple(self._rules_for(overrides, prefer, name, kind, phase) for phase in PHASES)
             else:
                 forced = overrides.for_layer(name, kind) if has_rules else None
@@ -255,9 +257,9 @@ class Registry:
             if chosen is None:
                 chosen = by_identity[key] = self._select_phases(kind, spec, env, name, overrides, prefer, rules)
             planned.append(LayerPlan(name, kind, spec, *chosen))
-        self.check_rules_used(overrides, prefer, [(layer.name, layer.kind) for layer in planned])
-        running = [(layer.kind, s.chosen.name, s.backend) for layer in planned
-                   for s in (layer.selection, layer.decode_selection) if s is not None]  # both phases' backends
+        self._check_used(overrides, prefer, {key[2] for key in by_identity}, planned)
+        running = [(kind, s.chosen.name, s.backend) for (kind, _, _), chosen in by_identity.items()
+                   for s in chosen if s is not None]  # both phases' backends, each distinct selection once
         return Plan(env, tuple(planned), option_rules.for_plan(given, running, self.backends))
 
     @staticmethod
@@ -294,19 +296,21 @@ class Registry:
         no forcing rule picks. A rule that cannot mean anything is an error
         saying what it could have meant, never silently ignored."""
         phases = PHASES if overrides.has_phases or prefer.has_phases else (None,)
-        if overrides:
-            used = {forced[1] for name, kind in layers for phase in phases
-                    if (forced := overrides.for_layer(name, kind, phase))}
-            self._check_rules_used(overrides, used, layers)
-        if prefer:
-            named = {rule for name, kind in layers for phase in phases
-                     if not (overrides and overrides.for_layer(name, kind, phase))
-                     for _, rule in prefer.all_for_layer(name, kind, phase)}
-            self._check_rules_used(prefer, named, layers, preferences=True)
+        rule_sets = {tuple(self._rules_for(overrides, prefer, name, kind, phase) for phase in phases)
+                     for name, kind in layers}
+        self._check_used(overrides, prefer, rule_sets, [_Named(name, kind) for name, kind in layers])
 
-    def _check_rules_used(self, overrides: Overrides, used: set[str], layers: list[tuple[str | None, str]],
-                          preferences: bool = False) -> None:
-        planned = [_Named(name, kind) for name, kind in layers]
+    def _check_used(self, overrides: Overrides, prefer: Overrides, rule_sets, planned) -> None:
+        """``rule_sets``: each layer's ((forced, preferred) per phase), as ``_rules_for`` gives them;
+        ``planned``: the layers, objects with a name and a kind (read only when a rule went unused)."""
+        if overrides:
+            used = {forced[1] for rules in rule_sets for forced, _ in rules if forced}
+            self._check_rules_used(overrides, used, planned)
+        if prefer:
+            named = {rule for rules in rule_sets for _, preferred in rules for _, rule in preferred}
+            self._check_rules_used(prefer, named, planned, preferences=True)
+
+    def _check_rules_used(self, overrides: Overrides, used: set[str], planned, preferences: bool = False) -> None:
         for r in overrides.kind_rules + overrides.layer_rules:
             target, backend, rule = r.target, r.backend, r.text
             if rule in used:
@@ -362,6 +366,7 @@ class _Named:
         self.name, self.kind = name, kind
 
 
+_NO_RULES = ((None, ()),)  # (forced, preferred) for both phases: a plan without rules
 _SHARED = "a layer's two phases share one state"
 _NO_SPLIT = "its layers cannot split their rows by phase"
 
