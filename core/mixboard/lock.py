@@ -15,6 +15,7 @@ read it; keys are sorted so that two locks of one plan are the same bytes.
 from __future__ import annotations
 
 import json
+import math
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable
@@ -227,12 +228,31 @@ def _spec_differences(layers: list[tuple[str, Any, dict]]) -> list[str]:
     'bfloat16' here``), naming the layers it applies to."""
     found: dict[str, list[str]] = {}
     for name, spec, locked in layers:
-        here = plain_spec(spec)
-        if here != locked:
-            fields = [f"{f} {locked.get(f)!r} in the lock, {here.get(f)!r} here" for f in sorted({*here, *locked})
-                      if here.get(f) != locked.get(f)]
+        if plain_spec(spec) == locked:
+            continue
+        there = _canonical(spec, locked)
+        here = plain_spec(spec) if there is locked else _canonical(spec, spec.to_dict())
+        fields = [f"{f} {locked.get(f)!r} in the lock, {spec.to_dict().get(f)!r} here" for f in sorted({*here, *there})
+                  if not _same_value(here.get(f), there.get(f))]
+        if fields:
             found.setdefault("; ".join(fields), []).append(name)
     return [f"layer specs differ ({_few(names)}): {what}" for what, names in found.items()]
+
+
+def _canonical(spec, values: dict) -> dict:
+    """``values`` (a spec's fields) as ``spec``'s kind fills in their defaults; as they are where they do
+    not make a spec of its class (a lock of another mixboard version)."""
+    try:
+        return json.loads(json.dumps(type(spec)(**values).canonical()))
+    except (TypeError, ValueError):
+        return values
+
+
+def _same_value(a, b) -> bool:
+    # a float derived by two engines may differ in its last bit (1/sqrt(32) two ways)
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9)
+    return a == b
 
 
 def _few(items: list[str]) -> str:

@@ -123,6 +123,22 @@ def test_every_kind_of_difference_fails_with_its_reason(models, tmp_path):
         Engine(models["bamba"], backend="attention=sdpa", prefer="", lock=path)
 
 
+def test_a_spec_written_another_way_that_means_the_same_is_no_difference(models, tmp_path):
+    """vLLM sets attention's scale to 1/sqrt(head_size) where the runner leaves it None: one spec."""
+    path = tmp_path / "bamba.lock"
+    mixboard("lock", models["bamba"], "-o", path)
+
+    def attention_scale(value):
+        def change(data):
+            for group in data["groups"]:
+                if group["kind"] == "attention":
+                    group["spec"]["scale"] = value if value else 1 / group["spec"]["head_size"] ** 0.5
+        return change
+    Engine(models["bamba"], backend="", prefer="", lock=edited(path, tmp_path, attention_scale(None)))
+    message = mismatch(models["bamba"], edited(path, tmp_path, attention_scale(0.5)))
+    assert "layer specs differ (model.layers." in message and "scale 0.5 in the lock, None here" in message
+
+
 def test_a_bad_option_value_in_a_lock_names_the_lock(models, tmp_path):
     path = tmp_path / "split.lock"
     mixboard("lock", models["bamba"], "--backend", SPLIT, "-o", path)

@@ -53,6 +53,10 @@ class AttentionSpec(MixerSpec):
     def softmax_scale(self) -> float:
         return self.scale if self.scale is not None else self.head_size ** -0.5
 
+    def canonical(self) -> dict:
+        """Scale None and scale 1/sqrt(head_size) are one spec (the runner leaves it None, vLLM sets it)."""
+        return {**self.to_dict(), "scale": self.softmax_scale}
+
 
 class AttentionImpl(MixerImpl):
     """The impl interface of kind ``attention``: ``forward(q, k, v, state, meta)``.

@@ -47,6 +47,12 @@ class MixerSpec:
             out[f.name] = "inf" if isinstance(value, float) and math.isinf(value) else value
         return out
 
+    def canonical(self) -> dict[str, Any]:
+        """``to_dict`` with the defaults that follow from other fields filled in, so that two specs that
+        mean the same compare equal (a lock written by one engine, read by another). Kinds whose
+        defaults depend on other fields override it."""
+        return self.to_dict()
+
     @classmethod
     def field_help(cls) -> dict[str, str]:
         """Field name -> 'type, default' text for --help and error messages."""
