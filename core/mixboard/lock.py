@@ -24,7 +24,7 @@ from .errors import UsageError
 from .overrides import Overrides
 from .phases import DECODE, PREFILL
 
-LOCK_VERSION = 1
+LOCK_VERSION = 2  # 2: groups carry their layers' spec
 DEFAULT_LOCK = "mixboard.lock"
 
 

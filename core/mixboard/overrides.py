@@ -59,8 +59,8 @@ class Overrides:
 
     def __init__(self, kind_rules: tuple[Rule, ...] = (), layer_rules: tuple[Rule, ...] = (),
                  backend_kinds: dict[str, str] | None = None):
-        self.kind_rules = kind_rules  # Rule(kind, backend, phase)
-        self.layer_rules = layer_rules  # Rule(pattern, backend, phase), in the order written
+        self.kind_rules = tuple(kind_rules)  # Rule(kind, backend, phase)
+        self.layer_rules = tuple(layer_rules)  # Rule(pattern, backend, phase), in the order written
         # backend -> the kind it serves: a layer pattern applies to layers of that kind only
         # (a backend not listed, unknown or given without a registry, applies to every layer it matches)
         self.backend_kinds = backend_kinds or {}

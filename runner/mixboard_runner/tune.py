@@ -127,7 +127,7 @@ def tune(model_path, dtype: str, device: str, shape: Shape, budget: float, kinds
     if kinds is not None and kinds - present:
         raise UsageError(f"--kinds names {', '.join(sorted(kinds - present))}, which this model has no layers of "
                          f"(its kinds: {', '.join(sorted(present))})")
-    work = []
+    work, measuring = [], []
     for group in groups:
         if kinds is not None and group.kind not in kinds:
             group.note = "not measured (--kinds)"
@@ -141,6 +141,7 @@ def tune(model_path, dtype: str, device: str, shape: Shape, budget: float, kinds
         if adapter is None:
             group.note = "its kind has no conformance adapter to measure with: the priority's choice"
             continue
+        measuring.append(group)
         work += [(group, adapter, b, phase) for b in available for phase in ("prefill", "decode")]
     for i, (group, adapter, name, phase) in enumerate(work):
         if progress:
@@ -163,9 +164,8 @@ def tune(model_path, dtype: str, device: str, shape: Shape, budget: float, kinds
     if progress:
         progress(len(work), len(work), "done")
     backends = {name: entry.cls for name, entry in registry.backends.items()}
-    for group in groups:
-        if len(group.candidates) > 1:
-            pick(group, registry.kind(group.kind), backends)
+    for group in measuring:
+        pick(group, registry.kind(group.kind), backends)
     return registry, model, env, groups
 
 
@@ -228,6 +228,8 @@ def cmd_tune(args) -> int:
         raise UsageError(f"{output} exists: give --force to overwrite it, or -o another file")
     if not output.parent.is_dir():
         raise UsageError(f"cannot write {output}: no folder {str(output.parent)!r}")
+    if not os.access(output.parent, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        raise UsageError(f"cannot write {output}: permission denied")  # said before minutes of measuring
     if os.environ.get("MIXBOARD_BACKEND") or os.environ.get("MIXBOARD_PREFER"):
         raise UsageError("tune measures every eligible backend: unset $MIXBOARD_BACKEND and $MIXBOARD_PREFER")
     options = parse(option_flags.given(args), get_registry().backends)
@@ -271,8 +273,8 @@ def cmd_tune(args) -> int:
                          g.layers[0] if i == 0 else "", b, *cells, note])
     print(render(["kind", "layers", "first layer", "backend", "prefill ms", "decode ms", "note"], rows))
     if unused:
-        print(f"\n(the options of {', '.join(unused)} were measured with but are not in the lock: no layer runs "
-              f"{'it' if len(unused) == 1 else 'them'})")
+        print(f"\n(the options given to {', '.join(unused)} are not in the lock: no layer runs "
+              f"{'it' if len(unused) == 1 else 'them'} by the lock)")
     changed = sum(1 for g in groups if g.winner != g.priority)
     print(f"\n* the winner. {changed} of {len(groups)} groups differ from the priority's choice; wrote {output} "
           f"(fingerprint {plan.fingerprint}): run with it: mixboard run {args.model} --lock {output}")

@@ -186,16 +186,16 @@ def test_an_upgraded_plugin_is_a_difference(models, tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("not json", "not a mixboard lock (not JSON"),
     ('{"groups": []}', "not a mixboard lock (no lock_version)"),
-    ('{"lock_version": 9}', "lock format 9; this mixboard reads format 1"),
-    ('{"lock_version": 1, "groups": {}}', "'groups' missing or not a list"),
-    ('{"lock_version": 1, "groups": [{"kind": "attention", "prefill": "sdpa", "decode": "sdpa", "layers": ["a"]}], '
+    ('{"lock_version": 9}', "lock format 9; this mixboard reads format 2"),
+    ('{"lock_version": 2, "groups": {}}', "'groups' missing or not a list"),
+    ('{"lock_version": 2, "groups": [{"kind": "attention", "prefill": "sdpa", "decode": "sdpa", "layers": ["a"]}], '
      '"backends": {}, "environment": {}, "fingerprint": ""}', "a group without kind, prefill, decode, spec"),
-    ('{"lock_version": 1, "groups": [], "backends": {"sdpa": "x"}, "environment": {}, "fingerprint": ""}',
+    ('{"lock_version": 2, "groups": [], "backends": {"sdpa": "x"}, "environment": {}, "fingerprint": ""}',
      "backend 'sdpa' without the distribution and version it came from"),
-    ('{"lock_version": 1, "groups": [{"kind": "attention", "prefill": "sdpa", "decode": "sdpa", "spec": {}, '
+    ('{"lock_version": 2, "groups": [{"kind": "attention", "prefill": "sdpa", "decode": "sdpa", "spec": {}, '
      '"layers": ["a"]}], "backends": {}, "environment": {}, "fingerprint": ""}',
      "no distribution recorded for backend(s) sdpa"),
-    ('{"lock_version": 1, "groups": [], "backends": {}, "environment": {}, "fingerprint": "", "options": {"sdpa": 3}}',
+    ('{"lock_version": 2, "groups": [], "backends": {}, "environment": {}, "fingerprint": "", "options": {"sdpa": 3}}',
      "'options' not a mapping of backend to its option values"),
 ])
 def test_a_file_that_is_not_a_lock_is_refused_in_one_line(tmp_path, text, message):
