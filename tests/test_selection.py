@@ -193,9 +193,11 @@ def test_plan_groups_layers_by_backend_and_state_layout():
 
 @pytest.mark.parametrize("rules, message", [
     ("model.layers.9.*=portable", "rule 'model.layers.9.*=portable' matches no layer of this model"),
-    ("model.layers.9.*=portable", "its layers are named like model.layers.0.attn, model.layers.1.mixer, "
-                                  "model.layers.2.mixer, ..."),
+    # the examples are layers the backend's kind has, not the mamba2 layers between them
+    ("model.layers.9.*=portable", "its attention layers are named like model.layers.0.attn, model.layers.4.attn"),
     ("model.layer.4.*=portable", "did you mean 'model.layers.4.attn'?"),
+    ("model.layers.9.*=only_mamba1", "rule 'model.layers.9.*=only_mamba1' matches no layer: 'only_mamba1' serves "
+                                     "mamba1, and this model has no mamba1 layers; drop the rule"),
     ("mamba1=portable", "rule 'mamba1=portable' matches no layer: this model has no mamba1 layers "
                         "(its layers are of kind attention, mamba2)"),
     ("model.layers.9.*=portabel", "rule 'model.layers.9.*=portabel' names unknown backend 'portabel'; "
@@ -203,7 +205,8 @@ def test_plan_groups_layers_by_backend_and_state_layout():
 ])
 def test_a_rule_that_picks_no_layer_is_an_error_saying_what_it_could_mean(rules, message):
     with pytest.raises(UsageError) as info:
-        registry().plan(_hybrid_layers(8), CPU, overrides=f"attention=portable,{rules}")
+        registry(PORTABLE, FAST, SSM, make("only_mamba1", kind="mamba1")).plan(
+            _hybrid_layers(8), CPU, overrides=f"attention=portable,{rules}")
     assert message in str(info.value)
 
 

@@ -137,8 +137,9 @@ class Lock:
         out += _spec_differences([(n, spec, self.specs[n]) for n, kind, spec in layers
                                   if n in self.choices and self.choices[n][0] == kind])
         now = env.to_dict()
-        changed = [f"{k} {self.environment.get(k)!r} in the lock, {now.get(k)!r} here" for k in sorted(now)
-                   if self.environment.get(k) != now.get(k)]
+        # every key either side has: a lock that records what this mixboard does not is a difference too
+        changed = [f"{k} {self.environment.get(k)!r} in the lock, {now.get(k)!r} here"
+                   for k in sorted({*now, *self.environment}) if self.environment.get(k) != now.get(k)]
         if changed:
             out.append("the environment differs: " + "; ".join(changed))
         used = {b for n, (_, p, d) in self.choices.items() if n in here for b in (p, d)}
@@ -277,6 +278,12 @@ def _check_shape(data, source: str) -> None:
                 and isinstance(group.get("spec"), dict) and isinstance(group.get("layers"), list)
                 and all(isinstance(n, str) for n in group["layers"])):
             bad("a group without kind, prefill, decode, spec and a list of layer names")
+    seen: set[str] = set()
+    for group in data["groups"]:
+        twice = seen.intersection(group["layers"]) or {n for n in group["layers"] if group["layers"].count(n) > 1}
+        if twice:
+            bad(f"layer {sorted(twice)[0]!r} listed twice")
+        seen.update(group["layers"])
     for name, source_of in data["backends"].items():
         if not (isinstance(source_of, dict) and all(isinstance(source_of.get(k), str)
                                                     for k in ("distribution", "version"))):

@@ -346,15 +346,20 @@ class Registry:
             if not names:  # `mixboard select` without --layer: nothing a pattern could match
                 raise UsageError(f"rule {rule!r} is a layer pattern: give the layer's name (--layer NAME) "
                                  f"for it to match")
-            shadowed = [n for n in names if fnmatchcase(n, target)]
+            # The examples are layers the backend could run: a norm is no hint for an attention rule.
+            served = [layer.name for layer in planned if layer.name is not None and layer.kind == serves]
+            if not served:
+                raise UsageError(f"rule {rule!r} matches no layer: {backend!r} serves {serves}, and this model "
+                                 f"has no {serves} layers; drop the rule")
+            shadowed = [n for n in served if fnmatchcase(n, target)]
             if shadowed:
                 raise UsageError(f"rule {rule!r} picks no layer: rules before it pick every layer it matches "
                                  f"({shadowed[0]}{', ...' if len(shadowed) > 1 else ''}); drop or reorder it")
-            close = difflib.get_close_matches(target, names, n=1, cutoff=0.5)
+            close = difflib.get_close_matches(target, served, n=1, cutoff=0.5)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-            raise UsageError(f"rule {rule!r} matches no layer of this model; {hint}its layers are named like "
-                             f"{shown or 'nothing'}")
+            shown = ", ".join(served[:3]) + (", ..." if len(served) > 3 else "")
+            raise UsageError(f"rule {rule!r} matches no layer of this model; {hint}its {serves} layers are named "
+                             f"like {shown}")
 
 
 class _Named:

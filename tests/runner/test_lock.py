@@ -105,6 +105,11 @@ def test_every_kind_of_difference_fails_with_its_reason(models, tmp_path):
     assert "the environment differs: arch 'sm_90' in the lock, None here" in mismatch(
         models["bamba"], edited(path, tmp_path, gpu))
 
+    def from_a_newer_mixboard(data):  # it records a fact of the machine this one does not know
+        data["environment"]["npu_count"] = 8
+    assert "the environment differs: npu_count 8 in the lock, None here" in mismatch(
+        models["bamba"], edited(path, tmp_path, from_a_newer_mixboard))
+
     message = mismatch(models["mamba"], str(path))
     assert "layers not in the lock: backbone.embeddings, backbone.layers.0.norm, backbone.layers.0.mixer and" in message
     assert "locked layers this model does not have: model.embed_tokens" in message
@@ -197,6 +202,14 @@ def test_an_upgraded_plugin_is_a_difference(models, tmp_path):
      "no distribution recorded for backend(s) sdpa"),
     ('{"lock_version": 2, "groups": [], "backends": {}, "environment": {}, "fingerprint": "", "options": {"sdpa": 3}}',
      "'options' not a mapping of backend to its option values"),
+    # one layer, two backends: which one the lock means cannot be told
+    ('{"lock_version": 2, "groups": [{"kind": "attention", "prefill": "sdpa", "decode": "sdpa", "spec": {}, '
+     '"layers": ["a"]}, {"kind": "attention", "prefill": "x", "decode": "x", "spec": {}, "layers": ["b", "a"]}], '
+     '"backends": {"sdpa": {"distribution": "d", "version": "1"}, "x": {"distribution": "d", "version": "1"}}, '
+     '"environment": {}, "fingerprint": ""}', "not a mixboard lock (layer 'a' listed twice)"),
+    ('{"lock_version": 2, "groups": [{"kind": "attention", "prefill": "sdpa", "decode": "sdpa", "spec": {}, '
+     '"layers": ["a", "a"]}], "backends": {"sdpa": {"distribution": "d", "version": "1"}}, "environment": {}, '
+     '"fingerprint": ""}', "layer 'a' listed twice"),
 ])
 def test_a_file_that_is_not_a_lock_is_refused_in_one_line(tmp_path, text, message):
     path = tmp_path / "bad.lock"
