@@ -119,7 +119,7 @@ def load(entry_points: Iterable[metadata.EntryPoint] | None = None) -> Loaded:
     """Load every plugin; never raises for a plugin's fault unless strict."""
     if entry_points is None:
         entry_points = metadata.entry_points(group=GROUP)
-    entry_points = sorted(entry_points, key=lambda ep: (ep.name, _dist_name(ep) or ""))
+    found = sorted(((ep, *_distribution(ep)) for ep in entry_points), key=lambda f: (f[0].name, f[1] or ""))
 
     allow = _env_names("MIXBOARD_PLUGINS")
     deny = _env_names("MIXBOARD_DISABLE_PLUGINS") or set()
@@ -128,8 +128,8 @@ def load(entry_points: Iterable[metadata.EntryPoint] | None = None) -> Loaded:
 
     records: dict[str, PluginRecord] = {}
     plugin_list: list[PluginRecord] = []
-    for ep in entry_points:
-        record = PluginRecord(ep.name, _dist_name(ep), _dist_version(ep))
+    for ep, dist_name, dist_version in found:
+        record = PluginRecord(ep.name, dist_name, dist_version)
         plugin_list.append(record)
         if ep.name in records:
             first = records[ep.name]
@@ -156,14 +156,13 @@ def load(entry_points: Iterable[metadata.EntryPoint] | None = None) -> Loaded:
     return loaded
 
 
-def _dist_name(ep: metadata.EntryPoint) -> str | None:
+def _distribution(ep: metadata.EntryPoint) -> tuple[str | None, str | None]:
+    """The name and version of the distribution that publishes ``ep`` (None, None for one made by hand)."""
     dist = getattr(ep, "dist", None)
-    return dist.metadata["Name"] if dist is not None else None
-
-
-def _dist_version(ep: metadata.EntryPoint) -> str | None:
-    dist = getattr(ep, "dist", None)
-    return dist.version if dist is not None else None
+    if dist is None:
+        return None, None
+    meta = dist.metadata  # parses the METADATA file on every access: read both fields from one parse
+    return meta["Name"], meta["Version"]
 
 
 def _register(pm: pluggy.PluginManager, ep: metadata.EntryPoint, record: PluginRecord) -> None:

@@ -6,7 +6,7 @@ rest of what a model runs, ``op.py``)."""
 
 from .argmax import ARGMAX, ArgmaxImpl, ArgmaxSpec
 from .attention import ATTENTION, AttentionImpl, AttentionSpec
-from .base import Kind, MixerImpl, MixerSpec, Record, require
+from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 from .embedding import EMBEDDING, EmbeddingImpl, EmbeddingSpec, EmbeddingWeights
 from .linear import LINEAR, LinearImpl, LinearSpec, LinearWeights
 from .mamba1 import MAMBA1, Mamba1Impl, Mamba1Spec, Mamba1Weights
@@ -28,7 +28,7 @@ def builtin_kind(name: str) -> Kind | None:
 
 
 __all__ = [
-    "BUILTIN_KINDS", "builtin_kind", "Kind", "MixerImpl", "MixerSpec", "Record", "require",
+    "BUILTIN_KINDS", "builtin_kind", "Kind", "MixerImpl", "MixerSpec", "Record", "require", "spec_class",
     "ATTENTION", "AttentionImpl", "AttentionSpec",
     "MAMBA1", "Mamba1Impl", "Mamba1Spec", "Mamba1Weights",
     "MAMBA2", "Mamba2Impl", "Mamba2Spec", "Mamba2Weights",

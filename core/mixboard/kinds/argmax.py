@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .base import Kind, MixerSpec, require
+from .base import Kind, MixerSpec, require, spec_class
 from .op import OpImpl, no_state
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
-@dataclass(frozen=True)
+@spec_class
 class ArgmaxSpec(MixerSpec):
     """vocab_size: the width of a row of logits (32000)."""
 

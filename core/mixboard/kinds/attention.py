@@ -9,17 +9,16 @@ new token over its sequence's cached and new keys.
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, require
+from .base import Kind, MixerImpl, MixerSpec, require, spec_class
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
-@dataclass(frozen=True)
+@spec_class
 class AttentionSpec(MixerSpec):
     """Static facts of one attention layer.
 

@@ -17,15 +17,37 @@ from typing import Any, Callable
 from ..dtypes import DTYPES
 from ..state import StateSpec
 
-@dataclass(frozen=True)
+
+def spec_class(cls: type) -> type:
+    """Make ``cls`` (a subclass of MixerSpec) a kind's spec: a frozen dataclass whose ``repr``, ``==``
+    and hash are MixerSpec's. ``@dataclass(frozen=True)`` gives the same class; this one is cheaper to
+    import, because dataclass would generate those three methods anew for every spec class, and every
+    planning process imports every kind (benchmarks/README.md, registry)."""
+    return dataclass(frozen=True, repr=False, eq=False)(cls)
+
+
+@spec_class
 class MixerSpec:
     """Base of every kind's spec: frozen, hashable, every field defaulted.
 
     Subclasses add fields; ``validate`` raises ``ValueError`` with a sentence
-    a user can act on.
+    a user can act on. Declare one with ``@spec_class`` or ``@dataclass(frozen=True)``.
     """
 
     dtype: str = "float32"
+
+    # What @dataclass(frozen=True) would generate, written once for every subclass declared with @spec_class.
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return _values(self) == _values(other)
+
+    def __hash__(self):
+        return hash(_values(self))
+
+    def __repr__(self) -> str:
+        text = ", ".join(f"{name}={getattr(self, name)!r}" for name in _names(type(self)))
+        return f"{type(self).__qualname__}({text})"
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -72,6 +94,21 @@ class MixerSpec:
                 raise ValueError(f"unknown spec field {key!r}; fields are {', '.join(fields)}")
             kwargs[key] = _parse(key, _type_name(fields[key].type), text)
         return cls(**kwargs)
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    """The fields a spec of class ``cls`` compares and hashes, in order (cached per class)."""
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.compare)
+    return names
+
+
+def _values(value: MixerSpec) -> tuple:
+    return tuple([getattr(value, name) for name in _names(type(value))])
+
 
 def _type_name(annotation) -> str:
     return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))

@@ -8,17 +8,16 @@ a row lookup alike) and the model never holds two copies.
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .base import Kind, MixerSpec, Record, require
+from .base import Kind, MixerSpec, Record, require, spec_class
 from .op import OpImpl, no_state
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
-@dataclass(frozen=True)
+@spec_class
 class EmbeddingSpec(MixerSpec):
     """num_embeddings: the vocabulary (32000). embedding_dim: 1024.
     tied: the LM head is this table too (True, as in most small models)."""

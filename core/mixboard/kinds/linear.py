@@ -9,17 +9,16 @@ intermediate and a pass over it.
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .base import Kind, MixerSpec, Record, require
+from .base import Kind, MixerSpec, Record, require, spec_class
 from .op import OpImpl, no_state
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
-@dataclass(frozen=True)
+@spec_class
 class LinearSpec(MixerSpec):
     """in_features, out_features: [T, in] -> [T, out] (default 1024, 1024).
     bias: whether a bias is added (False). gated: SwiGLU's gate and up in

@@ -14,17 +14,16 @@ y before ``out_proj``:
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, Record, require
+from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
-@dataclass(frozen=True)
+@spec_class
 class Mamba1Spec(MixerSpec):
     """d_inner: channels after in_proj (default 1536). d_state: 16.
     d_conv: conv width (4). dt_rank: 48. conv_bias: True.

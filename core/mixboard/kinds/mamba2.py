@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, Record, require
+from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
-@dataclass(frozen=True)
+@spec_class
 class Mamba2Spec(MixerSpec):
     """num_heads: 32. head_dim: 64 (d_inner = num_heads * head_dim).
     d_state: 128. n_groups: 1 (B and C are shared by num_heads / n_groups

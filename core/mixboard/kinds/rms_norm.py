@@ -9,17 +9,16 @@ residual)`` the same way).
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .base import Kind, MixerSpec, Record, require
+from .base import Kind, MixerSpec, Record, require, spec_class
 from .op import OpImpl, no_state
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
-@dataclass(frozen=True)
+@spec_class
 class RMSNormSpec(MixerSpec):
     """hidden_size: the normalized width (1024). eps: 1e-6.
     residual_fp32: the residual sum is kept in float32 whatever the dtype

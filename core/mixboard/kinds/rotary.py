@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .base import Kind, MixerSpec, require
+from .base import Kind, MixerSpec, require, spec_class
 from .op import OpImpl, no_state
 
 if TYPE_CHECKING:
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
 SCALINGS = ("default", "linear", "llama3")
 
 
-@dataclass(frozen=True)
+@spec_class
 class RotarySpec(MixerSpec):
     """head_size: 64. rotary_dim: the channels rotated, the first of each
     head (None: all). theta: the base, 10000.0. scaling: None, or the

@@ -9,17 +9,16 @@ output) plus the conv weights, and returns y before ``out_proj``:
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, Record, require
+from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
-@dataclass(frozen=True)
+@spec_class
 class ShortConvSpec(MixerSpec):
     """hidden_size: channels (default 1024). conv_width: LFM2's L_cache (3).
     conv_bias: False. state_dtype: None means dtype."""
