@@ -280,10 +280,10 @@ def _check_shape(data, source: str) -> None:
             bad("a group without kind, prefill, decode, spec and a list of layer names")
     seen: set[str] = set()
     for group in data["groups"]:
-        twice = seen.intersection(group["layers"]) or {n for n in group["layers"] if group["layers"].count(n) > 1}
-        if twice:
-            bad(f"layer {sorted(twice)[0]!r} listed twice")
-        seen.update(group["layers"])
+        for name in group["layers"]:
+            if name in seen:
+                bad(f"layer {name!r} listed twice")
+            seen.add(name)
     for name, source_of in data["backends"].items():
         if not (isinstance(source_of, dict) and all(isinstance(source_of.get(k), str)
                                                     for k in ("distribution", "version"))):

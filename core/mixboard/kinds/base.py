@@ -12,6 +12,7 @@ import dataclasses
 import math
 from abc import ABC
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Callable
 
 from ..dtypes import DTYPES
@@ -19,11 +20,42 @@ from ..state import StateSpec
 
 
 def spec_class(cls: type) -> type:
-    """Make ``cls`` (a subclass of MixerSpec) a kind's spec: a frozen dataclass whose ``repr``, ``==``
-    and hash are MixerSpec's. ``@dataclass(frozen=True)`` gives the same class; this one is cheaper to
-    import, because dataclass would generate those three methods anew for every spec class, and every
-    planning process imports every kind (benchmarks/README.md, registry)."""
-    return dataclass(frozen=True, repr=False, eq=False)(cls)
+    """Make ``cls`` (a subclass of MixerSpec) a kind's spec: the frozen dataclass
+    ``@dataclass(frozen=True)`` makes, cheaper to import. Dataclass generates ``repr``, ``==`` and
+    hash anew for every class, and every planning process imports every kind (benchmarks/README.md,
+    registry); these are written once below and given to each class that does not define its own."""
+    cls = dataclass(frozen=True, repr=False, eq=False)(cls)
+    fields = dataclasses.fields(cls)
+    compared = [f.name for f in fields if f.compare]
+    # a tuple of the compared fields' values, as dataclass's == and hash use (attrgetter of one name
+    # gives the bare value)
+    values = attrgetter(*compared) if len(compared) > 1 else (lambda spec: tuple(getattr(spec, n) for n in compared))
+    cls._spec_values = staticmethod(values)
+    cls._spec_shown = tuple(f.name for f in fields if f.repr)
+    own = cls.__dict__
+    if "__eq__" not in own:
+        cls.__eq__ = _spec_eq
+    if own.get("__hash__") is None:  # also where the class wrote __eq__ alone, as dataclass would
+        cls.__hash__ = _spec_hash
+    if "__repr__" not in own:
+        cls.__repr__ = _spec_repr
+    return cls
+
+
+# What @dataclass(frozen=True) generates, written once.
+def _spec_eq(self, other):
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return self._spec_values(self) == self._spec_values(other)
+
+
+def _spec_hash(self):
+    return hash(self._spec_values(self))
+
+
+def _spec_repr(self) -> str:
+    text = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._spec_shown)
+    return f"{self.__class__.__qualname__}({text})"
 
 
 @spec_class
@@ -31,23 +63,11 @@ class MixerSpec:
     """Base of every kind's spec: frozen, hashable, every field defaulted.
 
     Subclasses add fields; ``validate`` raises ``ValueError`` with a sentence
-    a user can act on. Declare one with ``@spec_class`` or ``@dataclass(frozen=True)``.
+    a user can act on. Declare one with ``@dataclass(frozen=True)``
+    (``@spec_class``, which the built-in kinds use, makes the same class).
     """
 
     dtype: str = "float32"
-
-    # What @dataclass(frozen=True) would generate, written once for every subclass declared with @spec_class.
-    def __eq__(self, other):
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return _values(self) == _values(other)
-
-    def __hash__(self):
-        return hash(_values(self))
-
-    def __repr__(self) -> str:
-        text = ", ".join(f"{name}={getattr(self, name)!r}" for name in _names(type(self)))
-        return f"{type(self).__qualname__}({text})"
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -94,21 +114,6 @@ class MixerSpec:
                 raise ValueError(f"unknown spec field {key!r}; fields are {', '.join(fields)}")
             kwargs[key] = _parse(key, _type_name(fields[key].type), text)
         return cls(**kwargs)
-
-_NAMES: dict[type, tuple[str, ...]] = {}
-
-
-def _names(cls: type) -> tuple[str, ...]:
-    """The fields a spec of class ``cls`` compares and hashes, in order (cached per class)."""
-    names = _NAMES.get(cls)
-    if names is None:
-        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.compare)
-    return names
-
-
-def _values(value: MixerSpec) -> tuple:
-    return tuple([getattr(value, name) for name in _names(type(value))])
-
 
 def _type_name(annotation) -> str:
     return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
