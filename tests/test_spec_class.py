@@ -64,3 +64,12 @@ def test_a_spec_class_that_writes_its_own_eq_stays_hashable():
             return isinstance(other, Loose) and self.size == other.size
 
     assert Loose(dtype="bfloat16") == Loose() and hash(Loose()) == hash(Loose(size=1))
+
+
+def test_a_spec_class_that_writes_hash_none_stays_unhashable_as_a_dataclass_would():
+    @spec_class
+    class Unhashable(MixerSpec):
+        __hash__ = None
+
+    with pytest.raises(TypeError):
+        hash(Unhashable())

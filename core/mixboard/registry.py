@@ -335,7 +335,6 @@ class Registry:
                                      "before it; drop the rule")
                 raise UsageError(f"rule {rule!r} matches no layer: this model has no {target} layers "
                                  f"(its layers are of kind {', '.join(kinds) or 'none'}); drop the rule")
-            names = [layer.name for layer in planned if layer.name is not None]
             serves = self._backend_kinds[backend]
             others = sorted({layer.kind for layer in planned if layer.name is not None and layer.kind != serves
                              and fnmatchcase(layer.name, target)})
@@ -343,7 +342,7 @@ class Registry:
                                   for layer in planned):
                 raise UsageError(f"rule {rule!r} matches no {serves} layer: {backend!r} serves {serves}, and the "
                                  f"layers it names are of kind {', '.join(others)}; name a layer of kind {serves}")
-            if not names:  # `mixboard select` without --layer: nothing a pattern could match
+            if all(layer.name is None for layer in planned):  # `mixboard select` without --layer: nothing to match
                 raise UsageError(f"rule {rule!r} is a layer pattern: give the layer's name (--layer NAME) "
                                  f"for it to match")
             # The examples are layers the backend could run: a norm is no hint for an attention rule.

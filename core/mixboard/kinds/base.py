@@ -32,10 +32,11 @@ def spec_class(cls: type) -> type:
     values = attrgetter(*compared) if len(compared) > 1 else (lambda spec: tuple(getattr(spec, n) for n in compared))
     cls._spec_values = staticmethod(values)
     cls._spec_shown = tuple(f.name for f in fields if f.repr)
-    own = cls.__dict__
+    own = dict(cls.__dict__)  # as the class wrote it, before any of the three is set below
     if "__eq__" not in own:
         cls.__eq__ = _spec_eq
-    if own.get("__hash__") is None:  # also where the class wrote __eq__ alone, as dataclass would
+    # dataclass's rule: a hash unless the class wrote one, or wrote __hash__ = None without an __eq__
+    if "__hash__" not in own or (own["__hash__"] is None and "__eq__" in own):
         cls.__hash__ = _spec_hash
     if "__repr__" not in own:
         cls.__repr__ = _spec_repr
