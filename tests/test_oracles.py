@@ -278,6 +278,28 @@ def test_mamba2_by_hand_groups_share_b_c_and_norm_per_group_and_dt_clamp():
     close(state["ssm"][0], [[[v]] for v in S])
 
 
+def test_mamba2_by_hand_without_the_gated_norm():
+    # test_mamba2_by_hand_one_group's layer with gated_norm=False: y = S @ C + D * x, returned before the gate
+    # and the norm. z is NaN and norm_weight None: neither may be read.
+    spec = Mamba2Spec(num_heads=2, head_dim=1, d_state=1, n_groups=1, d_conv=2, conv_bias=False,
+                      norm_eps=1e-3, dtype="float64", gated_norm=False)
+    w = Mamba2Weights(conv_weight=tensor([[0.0, 1.0]] * 4), conv_bias=None,
+                      dt_bias=tensor([math.log(math.e - 1), math.log(math.e ** 2 - 1)]),
+                      A=tensor([-LN2, -LN2]), D=tensor([1.0, 0.0]), norm_weight=None)
+    state = allocate_state(mamba2_state(spec), 1)
+    xBC = tensor([[1.0, -2.0, 0.5, 3.0], [0.5, 1.0, -1.0, 2.0]])
+    z = torch.full((2, 2), math.nan, dtype=F64)
+    out = Mamba2Oracle(spec).forward(z, xBC, torch.zeros(2, 2, dtype=F64), w, state, meta([2], [0], [0], [[0, 1]]))
+    X0, X1, B, C = (silu(a) for a in (1.0, -2.0, 0.5, 3.0))
+    S0, S1 = 1.0 * X0 * B, 2.0 * X1 * B
+    expect0 = [S0 * C + 1.0 * X0, S1 * C + 0.0]
+    X0, X1, B, C = (silu(a) for a in (0.5, 1.0, -1.0, 2.0))
+    S0, S1 = S0 / 2 + 1.0 * X0 * B, S1 / 4 + 2.0 * X1 * B
+    close(out, [expect0, [S0 * C + 1.0 * X0, S1 * C + 0.0]])
+    close(state["ssm"][0], [[[S0]], [[S1]]])
+    close(state["conv"][0], [[0.5], [1.0], [-1.0], [2.0]])
+
+
 # =========================================================================== short_conv by hand
 
 
@@ -383,7 +405,7 @@ def mamba2_case(**kw):
     w = Mamba2Weights(conv_weight=rand(g, CD, spec.d_conv, scale=0.5),
                       conv_bias=rand(g, CD, scale=0.1) if spec.conv_bias else None,
                       dt_bias=rand(g, H, scale=0.5) - 1.0, A=-torch.exp(rand(g, H, scale=0.5)), D=rand(g, H),
-                      norm_weight=1.0 + rand(g, spec.d_inner, scale=0.1))
+                      norm_weight=1.0 + rand(g, spec.d_inner, scale=0.1) if spec.gated_norm else None)
     return Case("mamba2", spec, ("z", "xBC", "dt"), ((spec.d_inner,), (CD,), (H,)), w)
 
 
@@ -404,6 +426,8 @@ CAUSAL_CASES = {
     "mamba1": lambda: mamba1_case(d_inner=4, d_state=3, d_conv=4, dt_rank=2),
     "mamba1-w2-nobias": lambda: mamba1_case(d_inner=3, d_state=2, d_conv=2, dt_rank=1, conv_bias=False),
     "mamba2-groups": lambda: mamba2_case(num_heads=4, head_dim=2, d_state=3, n_groups=2, d_conv=4),
+    "mamba2-no_gated_norm": lambda: mamba2_case(num_heads=4, head_dim=2, d_state=3, n_groups=2, d_conv=4,
+                                                gated_norm=False),
     "mamba2-clamp": lambda: mamba2_case(num_heads=2, head_dim=3, d_state=2, n_groups=1, d_conv=3, dt_min=0.05,
                                         dt_max=0.4, conv_bias=False),
     "short_conv": lambda: short_conv_case(hidden_size=5, conv_width=3),
@@ -484,6 +508,29 @@ def test_fresh_prefill_ignores_garbage_in_its_slot_but_continuation_reads_it():
         pool.fill_(1.0)
     continued = case(x, state, meta([3], [4], [2], [[0, 1, 2, 3]], block_size=2))
     assert not torch.allclose(continued, outs[0])
+
+
+def test_mamba2_with_the_gated_norm_is_the_callers_norm_over_y_without_it():
+    """What an engine does with gated_norm=False (vLLM's Mixer2RMSNormGated, its variance summed over
+    ranks): rmsnorm(y * silu(z)) * norm_weight over groups of d_inner / n_groups channels, written here
+    without the oracle, over the ungated oracle's y, is the gated oracle's output. Same weights (the
+    ungated case leaves out only norm_weight), inputs and garbage-filled pools; ragged batched steps."""
+    gated, ungated = CAUSAL_CASES["mamba2-groups"](), CAUSAL_CASES["mamba2-no_gated_norm"]()
+    assert ungated.weights.norm_weight is None and torch.equal(ungated.weights.D, gated.weights.D)
+    want, want_state = run(gated, SCHEDULES["batched"], "first")
+    y, y_state = run(ungated, SCHEDULES["batched"], "first")
+    gen = torch.Generator().manual_seed(0)  # run's draw: a's inputs, then b's
+    z = {"a": ungated.inputs(gen, LEN["a"])["z"], "b": ungated.inputs(gen, LEN["b"])["z"]}
+    spec = gated.spec
+    groups = spec.d_inner // spec.n_groups
+    for seq in ("a", "b"):
+        g = (y[seq] * z[seq] / (1 + torch.exp(-z[seq]))).view(-1, spec.n_groups, groups)
+        normed = g / torch.sqrt(g.square().mean(-1, keepdim=True) + spec.norm_eps)
+        torch.testing.assert_close(normed.view(-1, spec.d_inner) * gated.weights.norm_weight, want[seq],
+                                   rtol=1e-10, atol=1e-10)
+        assert not torch.allclose(y[seq], want[seq])
+    for name in want_state:  # the state does not depend on the norm
+        torch.testing.assert_close(y_state[name], want_state[name], rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------- attention against a dense reference

@@ -27,6 +27,18 @@ def test_spec_from_strings_parses_types():
     assert AttentionSpec(head_size=64).softmax_scale == 0.125
 
 
+def test_mamba2_gated_norm_parses_from_text_and_without_it_norm_eps_means_nothing():
+    spec = Mamba2Spec.from_strings({"gated_norm": "false", "norm_eps": "1e-6"})
+    assert spec.gated_norm is False and Mamba2Spec().gated_norm is True
+    with pytest.raises(ValueError, match="spec field 'gated_norm' takes bool, not 'maybe'"):
+        Mamba2Spec.from_strings({"gated_norm": "maybe"})
+    # canonical (what a lock compares): every norm_eps is one spec without the norm, and none is dropped with it
+    assert spec != Mamba2Spec(gated_norm=False) and spec.canonical() == Mamba2Spec(gated_norm=False).canonical()
+    assert spec.canonical()["norm_eps"] is None and spec.to_dict()["norm_eps"] == 1e-6
+    assert Mamba2Spec(norm_eps=1e-6).canonical() != Mamba2Spec().canonical()
+    assert Mamba2Spec().canonical() == Mamba2Spec().to_dict()
+
+
 @pytest.mark.parametrize("cls, values, message", [
     (AttentionSpec, {"heads": "8"}, "unknown spec field 'heads'"),
     (AttentionSpec, {"num_heads": "eight"}, "takes int, not 'eight'"),

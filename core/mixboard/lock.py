@@ -229,12 +229,16 @@ def _spec_differences(layers: list[tuple[str, Any, dict]]) -> list[str]:
     'bfloat16' here``), naming the layers it applies to."""
     found: dict[str, list[str]] = {}
     for name, spec, locked in layers:
-        if plain_spec(spec) == locked:
+        written = plain_spec(spec)
+        if written == locked:
             continue
         there = _canonical(spec, locked)
-        here = plain_spec(spec) if there is locked else _canonical(spec, spec.to_dict())
-        fields = [f"{f} {locked.get(f)!r} in the lock, {spec.to_dict().get(f)!r} here" for f in sorted({*here, *there})
-                  if not _same_value(here.get(f), there.get(f))]
+        here = written if there is locked else _canonical(spec, spec.to_dict())
+        differ = [f for f in sorted({*here, *there}) if not _same_value(here.get(f), there.get(f))]
+        # a field written alike that differs only through another one (mamba2's norm_eps where gated_norm
+        # differs) is not named: the other one is
+        differ = [f for f in differ if not _same_value(written.get(f), locked.get(f))] or differ
+        fields = [f"{f} {locked.get(f)!r} in the lock, {spec.to_dict().get(f)!r} here" for f in differ]
         if fields:
             found.setdefault("; ".join(fields), []).append(name)
     return [f"layer specs differ ({_few(names)}): {what}" for what, names in found.items()]
@@ -243,8 +247,10 @@ def _spec_differences(layers: list[tuple[str, Any, dict]]) -> list[str]:
 def _canonical(spec, values: dict) -> dict:
     """``values`` (a spec's fields) as ``spec``'s kind fills in their defaults; as they are where they do
     not make a spec of its class (a lock of another mixboard version)."""
+    # to_dict writes a float's infinity as "inf" (JSON has none; mamba2's dt_max): read back as the float
+    fields = {k: math.inf if v == "inf" and isinstance(getattr(spec, k, None), float) else v for k, v in values.items()}
     try:
-        return json.loads(json.dumps(type(spec)(**values).canonical()))
+        return json.loads(json.dumps(type(spec)(**fields).canonical()))
     except (TypeError, ValueError):
         return values
 

@@ -17,7 +17,7 @@ import torch
 from mixboard import Mamba2Spec, simulate
 from mixboard.selection import reasons_against
 from mixboard_mamba2.cpu_backend import Mamba2Cpu, kernel_missing
-from test_mamba2_torch import Ours, assert_close, hf_mixer
+from test_mamba2_torch import Ours, assert_close, hf_mixer, ungated
 
 sys.path.insert(0, str(Path(__file__).parent / "doubles" / "mamba2"))
 from mamba2_cases import OracleRunner, Runner, fresh_state, random_inputs, random_weights, small_spec  # noqa: E402
@@ -107,6 +107,29 @@ def test_prefills_match_transformers_mamba2_mixer(n_groups):
     out = ours(torch.cat(sequences), lengths, [0] * len(lengths), [3, 0, 2, 1])
     for seq, got in zip(sequences, out.split(lengths)):
         assert_close(got, m(seq[None])[0])
+
+
+@pytest.mark.parametrize("name", ["groups", "wide"])
+def test_without_the_gated_norm_matches_the_oracle_and_runs_no_norm(monkeypatch, name):
+    """gated_norm=False: the conv and the prefills' scan in C as ever, then the D skip alone (no norm
+    kernel); z is NaN and norm_weight None, neither read."""
+    from mixboard_mamba2 import _prefill
+
+    def no_norm(*args):
+        raise AssertionError("the gated norm kernel ran with gated_norm=False")
+
+    monkeypatch.setattr(_prefill, "gated_norm", no_norm)
+    query, context, slots = [1, 1, 64, 65, 3, 128], [4, 9, 0, 30, 7, 0], [5, 1, 0, 7, 9, 2]
+    spec = SPECS[name]
+    spec, weights, inputs = ungated(spec, random_weights(spec, seed=6), random_inputs(spec, sum(query), seed=7))
+    ours, theirs = fresh_state(spec, 12), fresh_state(spec, 12)
+    for pool, records in ours.items():
+        records.normal_()
+        theirs[pool].copy_(records)
+    got = Runner(Mamba2Cpu, spec, weights)(inputs, ours, query, context, slots)
+    assert_close(got, OracleRunner(spec, weights)(inputs, theirs, query, context, slots), atol=2e-5, rtol=0)
+    for pool in ours:
+        assert_close(ours[pool], theirs[pool], atol=2e-5, rtol=0)
 
 
 def test_listed_with_reasons_where_it_cannot_serve():

@@ -7,6 +7,8 @@ agree to 1e-5 (max abs) on ragged batches of 1 to 8 sequences.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 import sys
 from pathlib import Path
@@ -127,6 +129,33 @@ def test_decode_batches_in_place_and_gathered_match_the_oracle(monkeypatch, budg
     assert_matches_oracle_from_saved_states(spec, weights, inputs, query, context, slots)
 
 
+# --------------------------------------------------------------------------- without the gated norm
+
+
+def ungated(spec: Mamba2Spec, weights: Mamba2Weights, inputs: Inputs):
+    """The layer with gated_norm=False, as an engine that norms across ranks hands it over: no
+    norm_weight, and a gate the backend must not read (NaN here, so that reading it shows)."""
+    spec = dataclasses.replace(spec, gated_norm=False)
+    return spec, weights.replace(norm_weight=None), Inputs(torch.full_like(inputs.z, math.nan), inputs.xBC, inputs.dt)
+
+
+@pytest.mark.parametrize("n_groups", [1, 2])
+def test_without_the_gated_norm_ragged_batches_match_the_oracle(n_groups):
+    """y = S @ C + D * x, before the gate and the norm: decodes, fresh and continuing prefills."""
+    spec = small_spec(n_groups=n_groups, chunk_size=8)
+    rng = random.Random(n_groups)
+    for n in (1, 4, 8):
+        query, context, slots = ragged_batch(rng, n)
+        spec_, weights, inputs = ungated(spec, random_weights(spec, seed=n), random_inputs(spec, sum(query), seed=n))
+        assert_matches_oracle_from_saved_states(spec_, weights, inputs, query, context, slots)
+
+
+def test_without_the_gated_norm_decodes_only_match_the_oracle():
+    spec, weights, inputs = ungated(small_spec(), random_weights(small_spec(), seed=12),
+                                    random_inputs(small_spec(), 3, seed=12))
+    assert_matches_oracle_from_saved_states(spec, weights, inputs, [1, 1, 1], [4, 9, 2], [5, 1, 11])
+
+
 # --------------------------------------------------------------------------- against transformers
 
 
@@ -159,16 +188,22 @@ def weights_of(m: Mamba2Mixer) -> Mamba2Weights:
 
 
 class Ours:
-    """transformers' projections around mamba2_torch."""
+    """transformers' projections around mamba2_torch. ``gated_norm=False``: the backend stops before the
+    gate and the norm, and transformers' own norm module (Mamba2RMSNormGated) applies them, as an engine
+    that owns the norm does."""
 
-    def __init__(self, m: Mamba2Mixer):
-        self.m, self.run = m, Runner(Mamba2Torch, spec_of(m), weights_of(m))
+    def __init__(self, m: Mamba2Mixer, gated_norm: bool = True):
+        spec, weights = spec_of(m), weights_of(m)
+        if not gated_norm:
+            spec, weights = dataclasses.replace(spec, gated_norm=False), weights.replace(norm_weight=None)
+        self.m, self.gated_norm, self.run = m, gated_norm, Runner(Mamba2Torch, spec, weights)
         self.state = fresh_state(self.run.spec, 10, fill=3.0)  # leftovers: fresh sequences must ignore them
 
     def __call__(self, hidden, query, context, slots):
         m = self.m
         z, xBC, dt = m.in_proj(hidden).split([m.intermediate_size, m.conv_dim, m.num_heads], dim=-1)
-        return m.out_proj(self.run(Inputs(z, xBC, dt), self.state, query, context, slots))
+        y = self.run(Inputs(z, xBC, dt), self.state, query, context, slots)
+        return m.out_proj(y if self.gated_norm else m.norm(y, z))
 
 
 @pytest.mark.parametrize("n_groups", [1, 2])
@@ -208,6 +243,23 @@ def test_prefill_then_decodes_equals_one_long_prefill_and_transformers(n_groups)
     for i in range(3):
         assert_close(stepped[i], long[i])
         assert_close(stepped[i], m(full[i][None])[0])
+
+
+@pytest.mark.parametrize("n_groups", [1, 2])
+@torch.no_grad()
+def test_without_the_gated_norm_transformers_norm_after_it_gives_transformers_mixer(n_groups):
+    """Prefills, then decodes, with the gate and the norm applied by the caller."""
+    m = hf_mixer(n_groups, chunk_size=8, seed=7)
+    prompts = [13, 1, 20]
+    torch.manual_seed(4)
+    full = [torch.randn(p + 3, 32) for p in prompts]
+    ours = Ours(m, gated_norm=False)
+    pieces = [ours(torch.cat([f[:p] for f, p in zip(full, prompts)]), prompts, [0, 0, 0], [4, 0, 2]).split(prompts)]
+    for k in range(3):
+        tokens = torch.stack([f[p + k] for f, p in zip(full, prompts)])
+        pieces.append(ours(tokens, [1, 1, 1], [p + k for p in prompts], [4, 0, 2]).split(1))
+    for i in range(3):
+        assert_close(torch.cat([piece[i] for piece in pieces]), m(full[i][None])[0])
 
 
 @torch.no_grad()
@@ -317,6 +369,8 @@ def _bad_cases(spec: Mamba2Spec):
                          r"weights.D must have shape \[4\], got \[3\]"),
         "conv bias missing": (case(w=weights.replace(conv_bias=None)),
                               "conv_bias=True but weights.conv_bias is None"),
+        "norm weight missing": (case(w=weights.replace(norm_weight=None)),
+                                "the spec has gated_norm=True but weights.norm_weight is None"),
     }
 
 

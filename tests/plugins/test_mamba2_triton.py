@@ -5,6 +5,8 @@ on sys.path only inside the tests that ask for them."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 import sys
 from pathlib import Path
@@ -97,6 +99,8 @@ def test_norm_groups_wider_than_the_kernel_are_refused(kernels):
     reasons = registry().select("mamba2", spec, H100).rejected["mamba2_triton"]
     assert reasons == ("mamba-ssm's gated RMSNorm handles groups of up to 16384 float32 channels; "
                        "this layer's groups have 32768 (d_inner / n_groups)",)
+    # without the gated norm (the caller's) the kernel's limit does not apply
+    assert registry().select("mamba2", dataclasses.replace(spec, gated_norm=False), H100).chosen.name == "mamba2_triton"
 
 
 # --------------------------------------------------------------------------- plumbing
@@ -130,6 +134,28 @@ def test_ragged_steps_match_mamba2_torch(kernels, n_groups):
         names = [name for name, _ in kernels]
         assert names[-1] == "rmsnorm_fn" and kernels[-1][1]["norm_before_gate"] is False
         assert kernels[-1][1]["group_size"] == spec.d_inner // n_groups
+
+
+@pytest.mark.parametrize("n_groups", [1, 2])
+def test_without_the_gated_norm_ragged_steps_match_mamba2_torch_and_run_no_norm(kernels, n_groups):
+    """gated_norm=False: the kernels' y (D skip in, z=None) is returned; rmsnorm_fn is never called.
+    The gate is NaN and norm_weight None: neither may be read."""
+    spec = small_spec(n_groups=n_groups, chunk_size=8, gated_norm=False)
+    weights = random_weights(spec, seed=n_groups).replace(norm_weight=None)
+    triton_run, torch_run = step_pair(spec, weights)
+    ours, ref = fresh_state(spec, 12, fill=2.0), fresh_state(spec, 12, fill=2.0)
+    for query, context, slots in (([5, 17, 1, 9], [0, 0, 0, 0], [3, 0, 7, 11]),
+                                  ([1, 1, 1, 6, 1, 12], [5, 17, 1, 9, 0, 0], [3, 0, 7, 11, 5, 2]),
+                                  ([1, 1, 1], [6, 18, 2], [3, 0, 7])):  # decodes only
+        inputs = random_inputs(spec, sum(query), seed=sum(query))
+        inputs.z.fill_(math.nan)
+        kernels.clear()
+        out = triton_run(inputs, ours, query, context, slots)
+        torch.testing.assert_close(out, torch_run(inputs, ref, query, context, slots), atol=1e-5, rtol=0)
+        for name in ours:
+            torch.testing.assert_close(ours[name], ref[name], atol=1e-5, rtol=0)
+        assert "rmsnorm_fn" not in [name for name, _ in kernels] and kernels
+        assert not any(facts.get("has_z") for _, facts in kernels)
 
 
 def test_calls_carry_slots_cu_seqlens_and_initial_states(kernels):

@@ -15,6 +15,7 @@ import torch
 
 from checkpoints import make_checkpoint
 from distfactory import write_distribution
+from mixboard import AttentionSpec, Mamba2Spec
 from mixboard.errors import UsageError
 from mixboard.lock import Lock, LockMismatch
 from mixboard_runner.engine import Engine
@@ -142,6 +143,30 @@ def test_a_spec_written_another_way_that_means_the_same_is_no_difference(models,
     Engine(models["bamba"], backend="", prefer="", lock=edited(path, tmp_path, attention_scale(None)))
     message = mismatch(models["bamba"], edited(path, tmp_path, attention_scale(0.5)))
     assert "layer specs differ (model.layers." in message and "scale 0.5 in the lock, None here" in message
+
+
+def test_mamba2_norm_eps_without_the_gated_norm_is_no_difference_and_not_named_beside_it():
+    """Without the gated norm, norm_eps means nothing (Mamba2Spec.canonical): two engines that write it
+    differently lock one spec; where gated_norm itself differs, it alone is named, not the norm_eps it
+    makes differ. (The lock holds dt_max inf as "inf", read back as the float to build the spec.)"""
+    from mixboard.lock import _spec_differences, plain_spec
+
+    def differences(here, locked):
+        locked = locked if isinstance(locked, dict) else plain_spec(locked)
+        return _spec_differences([("model.layers.0.mixer", here, locked)])
+
+    older = {k: v for k, v in plain_spec(Mamba2Spec()).items() if k != "gated_norm"}  # a lock from before the field
+    assert differences(Mamba2Spec(), older) == []
+    assert differences(Mamba2Spec(gated_norm=False), older) == [
+        "layer specs differ (model.layers.0.mixer): gated_norm None in the lock, False here"]
+    assert differences(Mamba2Spec(gated_norm=False, norm_eps=1e-6), Mamba2Spec(gated_norm=False)) == []
+    assert differences(Mamba2Spec(gated_norm=False, norm_eps=1e-6), Mamba2Spec(norm_eps=1e-6)) == [
+        "layer specs differ (model.layers.0.mixer): gated_norm True in the lock, False here"]
+    assert differences(Mamba2Spec(norm_eps=1e-6), Mamba2Spec()) == [
+        "layer specs differ (model.layers.0.mixer): norm_eps 1e-05 in the lock, 1e-06 here"]
+    # attention: another head size alone is named, not the scale None it derives another value from
+    assert differences(AttentionSpec(head_size=128), AttentionSpec(head_size=64)) == [
+        "layer specs differ (model.layers.0.mixer): head_size 64 in the lock, 128 here"]
 
 
 def test_a_bad_option_value_in_a_lock_names_the_lock(models, tmp_path):

@@ -2,14 +2,16 @@
 
 Boundary: the backend receives the in_proj output split as z, xBC and dt,
 plus conv, dt_bias, A, D and gated-norm weights, and returns y before
-``out_proj``:
+``out_proj`` (with ``gated_norm=False``, y before the gate and the norm,
+which the caller then applies: an engine whose norm spans tensor-parallel
+ranks, or a layer without one):
 
     xBC = silu(causal_conv1d(xBC))              (conv state carried)
     x, B, C = split(xBC, [d_inner, n_groups * d_state, n_groups * d_state])
     dt  = clamp(softplus(dt + dt_bias), dt_min, dt_max)      # per head
     h   = exp(dt * A) * h + dt * x (outer) B    # per head [head_dim, d_state]; B, C shared by a group of heads
     y   = h @ C + D * x
-    y   = rmsnorm(y * silu(z)) * norm_weight    # over groups of d_inner / n_groups channels
+    y   = rmsnorm(y * silu(z)) * norm_weight    # over groups of d_inner / n_groups channels; gated_norm only
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ class Mamba2Spec(MixerSpec):
     d_state: 128. n_groups: 1 (B and C are shared by num_heads / n_groups
     heads). d_conv: 4. chunk_size: 256 (the SSD chunk; a hint, results do
     not depend on it). conv_bias: True. norm_eps: 1e-5. dt_min, dt_max: the
-    clamp on dt after softplus (0, inf). state_dtype: None means dtype."""
+    clamp on dt after softplus (0, inf). state_dtype: None means dtype.
+    gated_norm: True: the backend applies the gate and the RMSNorm
+    (``y * silu(z)``, then the norm) and returns their output. False: it
+    returns y = S @ C + D * x, before both; z still arrives and is ignored,
+    ``weights.norm_weight`` may be None and is not read, and norm_eps means
+    nothing. The caller applies them (an engine whose norm group spans
+    tensor-parallel ranks reduces its variance across them)."""
 
     num_heads: int = 32
     head_dim: int = 64
@@ -44,6 +52,7 @@ class Mamba2Spec(MixerSpec):
     dt_min: float = 0.0
     dt_max: float = math.inf
     state_dtype: str | None = None
+    gated_norm: bool = True
 
     def validate(self) -> None:
         require(min(self.num_heads, self.head_dim, self.d_state, self.n_groups, self.chunk_size) > 0,
@@ -52,6 +61,13 @@ class Mamba2Spec(MixerSpec):
                 f"num_heads ({self.num_heads}) must be a multiple of n_groups ({self.n_groups})")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
         require(0.0 <= self.dt_min <= self.dt_max, "need 0 <= dt_min <= dt_max")
+
+    def canonical(self) -> dict[str, Any]:
+        """Without the gated norm, norm_eps means nothing: every value of it is one spec (None)."""
+        values = self.to_dict()
+        if not self.gated_norm:
+            values["norm_eps"] = None
+        return values
 
     @property
     def d_inner(self) -> int:
@@ -70,7 +86,7 @@ class Mamba2Weights(Record):
     dt_bias: [num_heads]
     A: [num_heads], negative: -exp(A_log), computed once at load
     D: [num_heads]
-    norm_weight: [d_inner]
+    norm_weight: [d_inner]; may be None where the spec has gated_norm=False
     """
 
     __slots__ = ('conv_weight', 'conv_bias', 'dt_bias', 'A', 'D', 'norm_weight')
@@ -86,14 +102,15 @@ class Mamba2Impl(MixerImpl):
     N = d_state, G = n_groups, W = d_conv, DI = d_inner = H * P,
     CD = conv_dim = DI + 2 * G * N, T = num_tokens.
 
-    z: [T, DI]. The gate, from in_proj.
+    z: [T, DI]. The gate, from in_proj (ignored with ``gated_norm=False``).
     xBC: [T, CD]. The conv's input, from in_proj: after the conv, channels
         0..DI-1 are x (head h is channels h*P..h*P+P-1), then B as [G, N],
         then C as [G, N].
     dt: [T, H]. The raw time step per head, from in_proj.
     weights: ``Mamba2Weights`` (``help(Mamba2Weights)``): conv_weight
         [CD, W], conv_bias [CD] or None, dt_bias [H], A [H] (already
-        -exp(A_log): negative), D [H], norm_weight [DI].
+        -exp(A_log): negative), D [H], norm_weight [DI] (with
+        ``gated_norm=False`` it may be None, and must not be read).
     state (canonical, 'slots', in ``state_dtype or dtype``):
         ``conv`` [num_slots, CD, W - 1]: the sequence's last W - 1 conv
         inputs (raw xBC, before the conv), oldest first: column -1 is the
@@ -102,7 +119,8 @@ class Mamba2Impl(MixerImpl):
         In both pools each slot's record is contiguous; slots are
         ``stride(0)`` apart, which may exceed a record.
     meta: the builder's output for the step.
-    Returns: y [T, DI], before ``out_proj``, in the dtype of xBC.
+    Returns: y [T, DI], before ``out_proj``, in the dtype of xBC; with
+        ``gated_norm=False``, before the gate and the norm as well.
 
     What it computes, per sequence i, starting from zeros if context_lens[i]
     is 0, else from the records at slot state_slots[i]; token by token:
@@ -115,8 +133,9 @@ class Mamba2Impl(MixerImpl):
         for head h, of group g = h // (H // G):
             S[h] = exp(dt[h] * A[h]) * S[h] + dt[h] * outer(x[h], B[g])   # [P, N]
             y[h] = S[h] @ C[g] + D[h] * x[h]
-        y = y * silu(z)                                           # [DI]
-        y = y / sqrt(mean(y ** 2) + norm_eps) * norm_weight       # mean over each
+        if gated_norm:            # else y is returned here: z, norm_weight, norm_eps unused
+            y = y * silu(z)                                       # [DI]
+            y = y / sqrt(mean(y ** 2) + norm_eps) * norm_weight   # mean over each
                                   group of DI / G consecutive channels
 
     softplus is log(1 + exp(.)) without a linear cut-off. ``chunk_size`` is
@@ -129,7 +148,8 @@ class Mamba2Impl(MixerImpl):
     @abstractmethod
     def forward(self, z: "Tensor", xBC: "Tensor", dt: "Tensor", weights: Mamba2Weights,
                 state: Mapping[str, "Tensor"], meta: Any) -> "Tensor":
-        """Conv, SSD scan and gated norm, states carried in slots; return y [T, d_inner] (see the class docstring)."""
+        """Conv, SSD scan and (with gated_norm) gated norm, states carried in slots; return y [T, d_inner] (see the
+        class docstring)."""
 
 
 def mamba2_state(spec: Mamba2Spec) -> StateSpec:

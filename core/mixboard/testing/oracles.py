@@ -358,8 +358,9 @@ class Mamba2Oracle(Mamba2Impl):
         for head h of group g = h // (num_heads // n_groups):
             S[h] = exp(dt[h] * A[h]) * S[h] + dt[h] * outer(x[h], B[g])   # [head_dim, d_state]
             y[h] = S[h] @ C[g] + D[h] * x[h]
-        y = y * silu(z)
-        y = y / sqrt(mean(y**2) + norm_eps) * norm_weight   # mean over each group of d_inner / n_groups channels
+        if gated_norm:                                      # else y as it is: z and norm_weight unread
+            y = y * silu(z)
+            y = y / sqrt(mean(y**2) + norm_eps) * norm_weight   # mean over each group of d_inner / n_groups channels
 
     ``chunk_size`` is ignored: the result does not depend on it. The output
     has the dtype of ``xBC``.
@@ -382,7 +383,8 @@ class Mamba2Oracle(Mamba2Impl):
         _check_shape("dt_bias", weights.dt_bias, (H,))
         _check_shape("A", weights.A, (H,))
         _check_shape("D", weights.D, (H,))
-        _check_shape("norm_weight", weights.norm_weight, (DI,))
+        if spec.gated_norm:
+            _check_shape("norm_weight", weights.norm_weight, (DI,))
         conv_pool = _pool(state, "conv", (CD, W - 1), "mamba2")
         ssm_pool = _pool(state, "ssm", (H, P, N), "mamba2")
         seqs = _sequences(meta, T)
@@ -390,7 +392,7 @@ class Mamba2Oracle(Mamba2Impl):
 
         conv_w, conv_b = weights.conv_weight.to(F64), _f64(weights.conv_bias)
         dt_bias, A, D = weights.dt_bias.to(F64), weights.A.to(F64), weights.D.to(F64)
-        norm_weight = weights.norm_weight.to(F64)
+        norm_weight = weights.norm_weight.to(F64) if spec.gated_norm else None
         heads_per_group = H // G
         group_size = DI // G
         out = torch.empty((T, DI), dtype=F64, device=xBC.device)
@@ -408,10 +410,12 @@ class Mamba2Oracle(Mamba2Impl):
                     g = h // heads_per_group
                     S[h] = torch.exp(dt_t[h] * A[h]) * S[h] + dt_t[h] * torch.outer(x[h], B[g])
                     y[h] = S[h] @ C[g] + D[h] * x[h]
-                y = y.reshape(DI) * _silu(z[t].to(F64))
-                y = y.reshape(G, group_size)
-                y = y / torch.sqrt((y * y).mean(dim=1, keepdim=True) + spec.norm_eps)
-                out[t] = y.reshape(DI) * norm_weight
+                y = y.reshape(DI)
+                if spec.gated_norm:
+                    y = (y * _silu(z[t].to(F64))).reshape(G, group_size)
+                    y = y / torch.sqrt((y * y).mean(dim=1, keepdim=True) + spec.norm_eps)
+                    y = y.reshape(DI) * norm_weight
+                out[t] = y
             conv_pool[s.slot] = conv_state.to(conv_pool.dtype)
             ssm_pool[s.slot] = S.to(ssm_pool.dtype)
         return out.to(xBC.dtype)

@@ -1,6 +1,7 @@
 """The ``mamba2_cpu`` impl: ``mamba2_torch``'s, with three parts in C
 (``_prefill.c``), each one call per step: the causal conv, the prefills' SSD
-scan, and the D skip with the gated RMSNorm. Decodes' state update stays
+scan, and the D skip with the gated RMSNorm (with ``gated_norm=False``,
+the D skip alone, ``mamba2_torch``'s). Decodes' state update stays
 ``mamba2_torch``'s. Where an input is not what a kernel reads (another
 dtype, a strided input row), that part is ``mamba2_torch``'s. Pools whose
 records sit in larger pages (an engine's hybrid cache) are not such a case:
@@ -56,7 +57,9 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
 
     def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
         spec = self.spec
-        if not (dtype == z.dtype == torch.float32 and y.is_contiguous() and _row_contiguous(x) and z.stride(-1) == 1):
+        # without the gated norm the D skip alone remains: mamba2_torch's one in-place addcmul over the step
+        if not (spec.gated_norm and dtype == z.dtype == torch.float32 and y.is_contiguous() and _row_contiguous(x)
+                and z.stride(-1) == 1):
             return super()._output(y, x, z, weights, dtype)
         if self._norm_for is None or self._norm_for[0] is not weights:
             per_channel = weights.D.detach().float().repeat_interleave(spec.head_dim).contiguous()

@@ -56,6 +56,10 @@ def check_weights(layer: str, spec: Mamba2Spec, weights: Any, device: torch.devi
         expect(layer, "weights.conv_bias", weights.conv_bias, (spec.conv_dim,), device=device)
     elif weights.conv_bias is not None:
         raise BackendInputError(f"{layer}: the spec has conv_bias=False but weights.conv_bias is set")
-    for name, size in (("dt_bias", H), ("A", H), ("D", H), ("norm_weight", spec.d_inner)):
+    for name, size in (("dt_bias", H), ("A", H), ("D", H)):
         expect(layer, f"weights.{name}", getattr(weights, name), (size,), device=device)
+    if spec.gated_norm:  # without it the caller applies the norm: norm_weight may be None, and is not read
+        if weights.norm_weight is None:
+            raise BackendInputError(f"{layer}: the spec has gated_norm=True but weights.norm_weight is None")
+        expect(layer, "weights.norm_weight", weights.norm_weight, (spec.d_inner,), device=device)
 

@@ -3,7 +3,8 @@
 Decodes are one batched state update; each prefill is a chunked SSD scan
 (``ssd.py``) from its saved state or zeros. The conv is mixboard's shared
 ragged causal conv; the gated RMSNorm follows transformers'
-MambaRMSNormGated. The scan runs in float32 whatever the layer's dtype.
+MambaRMSNormGated (skipped with ``gated_norm=False``). The scan runs in
+float32 whatever the layer's dtype.
 """
 
 from __future__ import annotations
@@ -73,10 +74,13 @@ class Mamba2TorchImpl(Mamba2Impl):
         return causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv_index, activation="silu")
 
     def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
-        """The D skip, then the gated RMSNorm: [T, d_inner] in the layer's dtype."""
+        """The D skip, then the gated RMSNorm (with ``gated_norm``; without it, y as it is, the caller gating
+        and normalizing it): [T, d_inner] in the layer's dtype."""
         spec = self.spec
         T, DI = y.shape[0], spec.d_inner
         y.addcmul_(weights.D.float().view(1, spec.num_heads, 1), x)
+        if not spec.gated_norm:
+            return y.view(T, DI).to(dtype)
         return gated_rmsnorm(y.view(T, DI), z, weights.norm_weight, DI // spec.n_groups, spec.norm_eps, dtype)
 
     def _prefills(self, step, x, dts, A, B, C, ssm_pool, y) -> None:

@@ -61,7 +61,7 @@ class Mamba2Triton(Backend):
                            "(use float16 or float32)")
         itemsize = 4 if spec.dtype == "float32" else 2
         group = spec.d_inner // spec.n_groups
-        if group * itemsize > NORM_GROUP_BYTES:
+        if spec.gated_norm and group * itemsize > NORM_GROUP_BYTES:
             reasons.append(f"mamba-ssm's gated RMSNorm handles groups of up to {NORM_GROUP_BYTES // itemsize} "
                            f"{spec.dtype} channels; this layer's groups have {group} (d_inner / n_groups)")
         return reasons

@@ -9,7 +9,9 @@
   head by stride-0 broadcasting, as mamba-ssm's own Mamba2.step does.
 * prefills: ``mamba_chunk_scan_combined``, fresh ones packed in one varlen
   call, a continuing one alone with its saved state (see ``triton_meta``).
-* gated norm: ``rmsnorm_fn(y, z=z, norm_before_gate=False, group_size=...)``.
+* gated norm: ``rmsnorm_fn(y, z=z, norm_before_gate=False, group_size=...)``;
+  with ``gated_norm=False`` none: the kernels' y (D skip included, z=None)
+  is returned.
 
 The kernel modules are imported when the impl is built, never at plugin import.
 """
@@ -77,6 +79,8 @@ class Mamba2TritonImpl(Mamba2Impl):
                 out, finals = self._scan(*args, return_final_states=True, **kwargs)
             y[s] = out[0]
             ssm_pool.index_copy_(0, call.slots, finals.to(ssm_pool.dtype))
+        if not spec.gated_norm:  # y = S @ C + D * x: both kernels add the D skip, and gate nothing (z=None)
+            return y.view(T, DI)
         return self._norm(y.view(T, DI), weights.norm_weight, None, z=z, eps=spec.norm_eps, group_size=DI // G,
                           norm_before_gate=False)
 
