@@ -19,7 +19,9 @@ from mixboard import Registry
 from mixboard.ops.causal_conv import causal_conv1d_step
 from mixboard.testing.conformance import run_suite, tolerance_for
 from mixboard_mamba1.torch_backend import Mamba1Torch
+from mixboard_mamba2.gated_norm import gated_rmsnorm
 from mixboard_mamba2.torch_backend import Mamba2Torch
+from mixboard_mamba2.torch_impl import Mamba2TorchImpl
 from mixboard_sdpa.backend import SdpaAttention
 from mixboard_sdpa.impl import SdpaAttentionImpl
 from mixboard_shortconv.torch_backend import ShortConvTorch
@@ -177,6 +179,29 @@ def last_token_off(times_tolerance: float) -> type:
     return Mamba2LastTokenOff
 
 
+# --------------------------------------------------------------------------- the gated norm applied anyway
+
+
+class NormsAnywayImpl(Mamba2TorchImpl):
+    """Ignores gated_norm=False: gates and normalizes y all the same, with a unit weight where the layer
+    hands none (the caller then applies the norm a second time)."""
+
+    def _output(self, y, x, z, weights, dtype):
+        spec = self.spec
+        T, DI = y.shape[0], spec.d_inner
+        y.addcmul_(weights.D.float().view(1, spec.num_heads, 1), x)
+        weight = weights.norm_weight if weights.norm_weight is not None else torch.ones(DI)  # BUG
+        return gated_rmsnorm(y.view(T, DI), z, weight, DI // spec.n_groups, spec.norm_eps, dtype)
+
+
+class Mamba2NormsAnyway(Mamba2Torch):
+    name = "mamba2_bug_norms_anyway"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        return NormsAnywayImpl(spec)
+
+
 # --------------------------------------------------------------------------- the tests
 
 
@@ -231,3 +256,13 @@ def test_an_error_of_half_the_tolerance_passes():
     report = run_suite(last_token_off(0.5), "cpu", ("float32",), select=["ragged_prefill", "mixed_batch"])
     assert report.ok and len(report.results) == 2
     assert all(4e-6 < r.max_abs_error <= 1e-5 for r in report.results)  # the planted error, measured
+
+
+def test_the_gated_norm_applied_under_gated_norm_false_is_caught():
+    ungated = [f"no_gated_norm-{name}" for name in ("ragged_prefill", "chunked_prefill", "decode_after_prefill",
+                                                   "mixed_batch")]
+    failed = failures(Mamba2NormsAnyway, select=ungated)
+    assert failed, "the kit passed a backend that gates and normalizes y under gated_norm=False"
+    assert all("|backend - oracle|" in reason for reason in failed.values()), failed
+    report = run_suite(Mamba2NormsAnyway, "cpu", ("float32",), select=["ragged_prefill", "mixed_batch"])
+    assert report.ok  # where the norm is the backend's, the same backend is right

@@ -4,6 +4,8 @@ exception), and where tolerances come from."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -40,6 +42,41 @@ def test_cases_scatter_sequences_and_keep_slot_0_and_block_0_free(kind):
     isolation = next(c for c in cases if c.name == "isolation")
     assert isolation.seq("e").slot == isolation.seq("a").slot  # e starts where a's state was left
     assert isolation.seq("e").blocks[0] == isolation.seq("a").blocks[0]
+
+
+UNGATED = ["no_gated_norm-ragged_prefill", "no_gated_norm-chunked_prefill", "no_gated_norm-decode_after_prefill",
+           "no_gated_norm-mixed_batch"]
+
+
+def test_mamba2_runs_representative_cases_again_without_the_gated_norm():
+    import mixboard
+
+    cases = {c.name: c for c in kind_cases(ADAPTERS["mamba2"], mixboard.Mamba2Spec, "float32", block_size=4)}
+    assert sorted(n for n, c in cases.items() if not c.spec.gated_norm) == sorted(UNGATED)
+    assert cases["no_gated_norm-chunked_prefill"].steps == cases["chunked_prefill"].steps
+    assert cases["no_gated_norm-mixed_batch"].spec == dataclasses.replace(cases["mixed_batch"].spec, gated_norm=False)
+    weights = ADAPTERS["mamba2"].weights(cases["no_gated_norm-mixed_batch"].spec, torch.Generator().manual_seed(0))
+    assert weights.norm_weight is None  # the layer holds none: the caller's norm has it
+    for kind in ("attention", "mamba1", "short_conv"):  # the other kinds declare no variant
+        names = {c.name for c in kind_cases(ADAPTERS[kind], getattr(mixboard, SPECS[kind]), "float32", block_size=4)}
+        assert not any(n.startswith("no_gated_norm-") for n in names)
+
+
+def test_a_backend_that_refuses_a_variant_skips_its_cases_with_its_reason():
+    from mixboard_mamba2.torch_backend import Mamba2Torch
+
+    class GatedOnly(Mamba2Torch):
+        name = "mamba2_gated_only"
+
+        @classmethod
+        def check(cls, spec, env):
+            return [] if spec.gated_norm else ["applies the gated norm itself; gated_norm=False is not served"]
+
+    report = run_suite(GatedOnly, "cpu", ("float32",), select=[*UNGATED, "ragged_prefill"])
+    status = {r.case: (r.status, r.reason) for r in report.results}
+    assert status.pop("ragged_prefill[float32]") == ("pass", None)
+    assert set(status.values()) == {("skip", "applies the gated norm itself; gated_norm=False is not served")}
+    assert len(status) == 4 and report.ok
 
 
 def test_strided_inputs_are_views_into_wider_rows():

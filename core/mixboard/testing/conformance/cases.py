@@ -25,6 +25,8 @@ Two modes (``modes.py``). The quick one, the default, runs per dtype (ids ``name
 * ``block_size16``, ``block_size7``: prompts and decodes over blocks of 16 and 7 tokens (paged state only)
 * ``prefill_300``: a 300-token prompt beside short ones, then continued, at the kind's real sizes
 * ``shape-<id>``: prompts, a continued prefill beside a fresh prompt, then decodes, for each swept shape
+* ``<variant>-<case>``: ``ragged_prefill``, ``chunked_prefill``, ``decode_after_prefill`` and ``mixed_batch``
+  again for each variant of the kind's contract (``KindAdapter.variants``; mamba2's ``no_gated_norm``)
 
 The thorough mode adds the long cases, at the kind's real sizes:
 
@@ -187,6 +189,7 @@ def kind_cases(adapter: KindAdapter, spec_cls: type, dtype: str, block_size: int
     cases.append(plan_case("prefill_300", "a 300-token prompt beside short ones, continued, at real sizes", real,
                            S.PREFILL_300, bs, 30))
     cases += _sweep(adapter.shapes, base, dtype, "shape", S.SHAPE, bs, 100, "prompts, a continued prefill and decodes")
+    cases += _variants(adapter.variants, base, bs, 60)
     if thorough:
         cases += long_cases(adapter, base, real, dtype, bs)
     return cases
@@ -207,6 +210,25 @@ def long_cases(adapter: KindAdapter, base, real, dtype: str, bs: int) -> list[Ca
     shapes = _sweep(adapter.long_shapes, real, dtype, "long", S.LONG_SHAPE, bs, 300,
                     "a 700-token prompt continued by 333 tokens beside a fresh one")
     return cases + [dataclasses.replace(c, thorough=True) for c in shapes]
+
+
+# The cases each variant of a kind's contract runs again: a representative few.
+VARIANT_CASES = (
+    ("ragged_prefill", "fresh prompts of different lengths in one step", S.RAGGED),
+    ("chunked_prefill", "a prompt fed in chunks beside decodes and a fresh prompt", S.CHUNKED),
+    ("decode_after_prefill", "prompts, then steps of batched decodes", S.DECODE_AFTER_PREFILL),
+    ("mixed_batch", "decodes, continued prefills and fresh prompts in one step", S.MIXED),
+)
+
+
+def _variants(variants, base, bs: int, seed: int) -> list[Case]:
+    """``VARIANT_CASES`` over ``base`` with each variant's fields, as ``<variant id>-<case>``."""
+    cases = []
+    for variant_id, fields in variants:
+        spec = dataclasses.replace(base, **fields)
+        cases += [plan_case(f"{variant_id}-{name}", f"{what}, with {_fields(fields)}", spec, steps, bs,
+                            seed + len(cases)) for name, what, steps in VARIANT_CASES]
+    return cases
 
 
 def _spec(spec_cls: type, fields, dtype: str):

@@ -50,6 +50,12 @@ class KindAdapter:
     the thorough mode's long cases use (default: ``base``). long_shapes:
     ``(id, fields)`` pairs over ``real`` that the thorough mode runs with a
     long prompt each (default: none).
+
+    variants: ``(id, fields)`` pairs of spec fields that change what the
+    kind computes rather than its size (mamba2's ``gated_norm=False``): each
+    runs the representative cases (a ragged prefill, a chunked prefill,
+    decodes after prefills, a mixed batch) over ``base`` once more, as
+    ``<id>-<case>`` (default: none). ``weights`` gets the variant's spec.
     """
 
     kind: str
@@ -60,6 +66,7 @@ class KindAdapter:
     shapes: tuple[tuple[str, Mapping[str, Any]], ...] = field(default_factory=tuple)
     real: Mapping[str, Any] | None = None
     long_shapes: tuple[tuple[str, Mapping[str, Any]], ...] = field(default_factory=tuple)
+    variants: tuple[tuple[str, Mapping[str, Any]], ...] = field(default_factory=tuple)
 
     def call(self, impl: Any, inputs: Mapping[str, torch.Tensor], weights: Any, state: Any, meta: Any):
         args = list(inputs.values())
@@ -137,7 +144,8 @@ def mamba2_weights(spec, gen: torch.Generator) -> Mamba2Weights:
         dt_bias=_inverse_softplus(_uniform(gen, 0.05, 0.5, h)),
         A=-_uniform(gen, 0.5, 4.0, h),
         D=_uniform(gen, 0.5, 1.5, h),
-        norm_weight=_uniform(gen, 0.25, 0.75, spec.d_inner) * norm_scale,  # keeps normalized outputs within ~±4
+        # keeps normalized outputs within ~±4; without the gated norm the layer has none (the caller's)
+        norm_weight=_uniform(gen, 0.25, 0.75, spec.d_inner) * norm_scale if spec.gated_norm else None,
     )
 
 
@@ -239,6 +247,8 @@ MAMBA2 = KindAdapter(
         ("chunk128", dict(chunk_size=128)),
         ("state_float32", dict(state_dtype="float32")),
     ),
+    # y before the gate and the norm, which the caller applies (vLLM's, reducing across tensor-parallel ranks)
+    variants=(("no_gated_norm", dict(gated_norm=False)),),
 )
 
 SHORT_CONV = KindAdapter(
