@@ -59,7 +59,7 @@ def test_backends_json_contract_and_reasons(site):
         "name": "toy_attention", "kind": "attention", "plugin": "toys", "distribution": "mixboard-toys",
         "version": "0.3.0", "priority": 1, "devices": ["*"], "dtypes": ["float32", "bfloat16"],
         "available": True, "reasons": [], "environment": rows["toy_attention"]["environment"],
-        "options": []}
+        "options": [], "capture": "never"}
     assert {b["environment"]["device"] for b in rows.values()} == {"cpu"}
     assert rows["toy_cuda_attention"]["available"] is False
     assert rows["toy_cuda_attention"]["reasons"] == [

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
+from .capture import NEVER
 from .errors import UsageError
 from .kinds import builtin_kind
 
@@ -95,6 +96,12 @@ class Backend:
         ``--backend-option BACKEND.OPTION=VALUE`` ($MIXBOARD_BACKEND_OPTIONS,
         ``Engine(backend_options=...)``); the values are part of the plan
         and its fingerprint.
+    capture: how far ``forward`` may be captured in a graph (recorded once,
+        replayed with each new step's metadata copied into the same
+        tensors): ``"never"`` (the default: eager every step),
+        ``"uniform_decode"`` (steps of decodes only, as many sequences) or
+        ``"any"`` (any step of as many tokens and sequences). See
+        ``mixboard.capture``; the conformance kit checks the declaration.
 
     name, kind, devices, dtypes and api_version must be set on the class
     itself (inherited ones are refused). The registry calls the
@@ -125,6 +132,8 @@ class Backend:
     expected_failures: ClassVar[Mapping[str, str]] = {}
     # What users may set (mixboard.options): each value reaches make_impl and builder as `options`.
     options: ClassVar[tuple["Option", ...]] = ()
+    # How far forward may be captured in a graph (mixboard.capture): "never", "uniform_decode" or "any".
+    capture: ClassVar[str] = NEVER
 
     @classmethod
     def check(cls, spec: Any, env: "Environment") -> list[str]:

@@ -8,7 +8,8 @@ left out while the others keep working. Faults recorded:
 * a hook raises, or returns something that is not a list;
 * an item is not a Backend subclass, lacks a declaration, targets an API
   version this mixboard does not support, names a kind nobody defines, or
-  declares malformed ``options`` (mixboard.options);
+  declares malformed ``options`` (mixboard.options) or an unknown ``capture``
+  level (mixboard.capture);
 * an item of ``mixboard_devices()`` is not a valid ``mixboard.Device`` or
   names one of torch's own device types;
 * two plugins register the same backend (kind, device) name: both are left
@@ -30,6 +31,7 @@ import pluggy
 
 from . import hookspecs
 from .backend import REQUIRED_DECLARATIONS, SUPPORTED_API_VERSIONS, Backend
+from .capture import capture_problem
 from .devices import Device, device_problem
 from .errors import PluginError
 from .kinds import BUILTIN_KINDS, Kind, MixerSpec
@@ -297,7 +299,7 @@ def _backend_problem(item: Any, kinds: dict[str, Kind]) -> str | None:
         return f"backend {item.name!r} is of kind {item.kind!r}, which no installed plugin defines (kinds: {', '.join(sorted(kinds))})"
     if isinstance(item.devices, str) or isinstance(item.dtypes, str):
         return f"backend {item.name!r}: devices and dtypes must be tuples of names, not strings"
-    return declaration_problem(item)
+    return declaration_problem(item) or capture_problem(item)
 
 
 def _declared(cls: type) -> set[str]:

@@ -20,10 +20,13 @@ def entry(registry, name: str, kind: str | None):
 
 
 def print_detail(found) -> None:
+    from mixboard.capture import PROMISES
+
     cls = found.cls
     print()
     if cls.description:
         print(f"{cls.name}: {cls.description}")
+    print(f"graph capture: {cls.capture} ({PROMISES[cls.capture]}; docs/plugins.md)")
     if not cls.options:
         print(f"{cls.name} declares no options.")
         return

@@ -109,6 +109,7 @@ def cmd_backends(args) -> int:
             "version": e.version, "priority": e.cls.priority, "devices": list(e.cls.devices),
             "dtypes": list(e.cls.dtypes), "available": not reasons, "reasons": list(reasons),
             "environment": environment, "options": [o.to_dict() for o in e.cls.options],
+            "capture": e.cls.capture,
         })
     if args.json:
         print(json.dumps(out, indent=2))
