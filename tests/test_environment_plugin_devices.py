@@ -143,7 +143,7 @@ def test_device_descriptions_are_checked(distributions):
 def test_the_kit_knows_a_plugin_device_and_says_when_torch_lacks_it(site):
     out = mixboard(site, "check", "acme_attn", "--device", "acme")
     assert out.returncode == 5, out.stderr
-    assert ("acme_attn ran no case on acme: all 27 were skipped: device 'acme' is not available here: torch has no "
+    assert ("acme_attn ran no case on acme: all 29 were skipped: device 'acme' is not available here: torch has no "
             "such device in this process (is its torch extension installed?); --allow-skip") in out.stderr
     out = mixboard(site, "run", "demo", "--device", "acme")
     assert out.returncode == 2 and out.stderr == ("mixboard run: error: device 'acme' is not available here: torch "

@@ -30,7 +30,9 @@ DESCRIPTION = "\n\n".join(textwrap.fill(p, 79) for p in (
     "quick (the default; seconds a backend): ragged batches, decodes after prefills, chunked prefills, state "
     "isolation, strided inputs, shared metadata, a sweep of shapes, and the cheap cases at real sizes: 40 sequences "
     "in a step (33 decodes beside prefills), slots handed out in order, blocks of 16 and 7 tokens, a 300-token "
-    "prompt, every head size real models use (64, 80, 96, 128, 192, 256).",
+    "prompt, every head size real models use (64, 80, 96, 128, 192, 256); and for a backend that declares it "
+    "may be captured in a graph (capture), steps replayed from a recorded one with no host sync in forward "
+    "(skipped, saying so, for the others).",
     "thorough (--thorough, or MIXBOARD_THOROUGH=1; minutes a backend): the quick cases, and the long ones at the "
     "kind's real sizes: a 4096-token prompt, a 2500-token prompt in chunks of 1024, 40 steps of decodes after "
     "prompts of up to 1000 tokens, 96 sequences in a step, and the kind's long shapes (a 700-token prompt each).",

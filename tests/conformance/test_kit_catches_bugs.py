@@ -209,7 +209,9 @@ class Mamba2NormsAnyway(Mamba2Torch):
                          ids=lambda b: b.name)
 def test_the_unmodified_backends_pass(backend):
     report = run_suite(backend, "cpu", ("float32",))
-    assert report.ok and report.counts()["pass"] == len(report.results), \
+    # every case passes but the capture cases, which their declaration (capture = "never") skips
+    assert report.ok and {r.case for r in report.results if r.status != "pass"} == {
+        "capture_decode[float32]", "capture_mixed[float32]"}, \
         [(r.case, r.reason) for r in report.results if r.status != "pass"]
 
 

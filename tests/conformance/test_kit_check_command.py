@@ -58,9 +58,13 @@ def test_json_contract_of_a_passing_backend(site):
     out = check(site, "short_conv_torch", "--device", "cpu", "--dtype", "float32", "--json")
     assert out.returncode == 0, out.stderr
     records = json.loads(out.stdout)
-    assert len(records) == 20 and records[0]["case"] == "ragged_prefill[float32]"
+    assert len(records) == 22 and records[0]["case"] == "ragged_prefill[float32]"
     for r in records:
         assert set(r) == {"case", "status", "max_abs_error", "tolerance", "reason"}
+        if r["case"].startswith("capture_"):  # it declares no capture: skipped, saying so
+            assert r["status"] == "skip" and r["reason"].startswith("declares capture='never'")
+            assert r["max_abs_error"] is None
+            continue
         assert r["status"] == "pass" and r["reason"] is None and r["tolerance"] == 1e-5
         assert isinstance(r["max_abs_error"], float) and 0 <= r["max_abs_error"] <= 1e-5
 
@@ -92,13 +96,13 @@ def test_the_table_names_each_case_its_worst_error_and_the_totals(site):
 def test_a_gpu_backend_here_is_skipped_with_its_reasons_and_exits_5_unless_allowed(site):
     out = check(site, "short_conv_cuda", "--json")
     assert out.returncode == 5, out.stderr
-    assert out.stderr.startswith("mixboard check: short_conv_cuda ran no case on cuda: all 62 were skipped: device "
+    assert out.stderr.startswith("mixboard check: short_conv_cuda ran no case on cuda: all 68 were skipped: device "
                                  "'cuda' is not available here: ")
     assert out.stderr.endswith("; --allow-skip accepts that\n") and out.stderr.count("\n") == 1
     allowed = check(site, "short_conv_cuda", "--json", "--allow-skip")
     assert allowed.returncode == 0 and allowed.stderr == "" and allowed.stdout == out.stdout
     records = json.loads(out.stdout)
-    assert len(records) == 62 and {r["status"] for r in records} == {"skip"}  # 20 + 21 + 21
+    assert len(records) == 68 and {r["status"] for r in records} == {"skip"}  # 22 + 23 + 23
     assert all(r["max_abs_error"] is None for r in records)
     # (the wording of what torch sees is the environment's: "no CUDA device", or "no CUDA or ROCm device")
     assert re.match(r"device 'cuda' is not available here: torch sees no CUDA( or ROCm)? device; runs on cuda; "

@@ -47,8 +47,10 @@ def test_from_an_empty_folder_to_mixboard_check_passing(tmp_path):
     assert check.returncode == 0, out[-3000:] + err
     results = {r["case"]: r for r in json.loads(out)}
     skipped = {case for case, r in results.items() if r["status"] == "skip"}
-    assert skipped == {"shape-width6[float32]", "shape-width6[bfloat16]"}
+    capture = {f"capture_{c}[{d}]" for c in ("decode", "mixed") for d in ("float32", "bfloat16")}
+    assert skipped == {"shape-width6[float32]", "shape-width6[bfloat16]"} | capture
     assert results["shape-width6[float32]"]["reason"] == "conv_width 6 is above 4, the widest ACME supports"
+    assert results["capture_decode[float32]"]["reason"].startswith("declares capture='never' (the default)")
     assert {r["status"] for case, r in results.items() if case not in skipped} == {"pass"}
     assert results["chunked_prefill[bfloat16]"]["tolerance"] == 5e-2
 
@@ -69,9 +71,10 @@ def test_a_kind_the_plugin_defines_from_an_empty_folder(tmp_path):
     assert select.stdout.startswith("ema -> acme_ema\n")  # as the page's comment says
     out, err = tests.communicate(timeout=300)
     assert tests.returncode == 0, out[-3000:] + err
-    assert re.search(r"^\d+ passed in ", out.splitlines()[-1]), out[-500:]  # nothing skipped, nothing failed
+    # nothing failed, nothing skipped but the capture cases in both dtypes: it declares no capture
+    assert re.search(r"^\d+ passed, 4 skipped in ", out.splitlines()[-1]), out[-500:]
     out, err = check.communicate(timeout=300)
     assert check.returncode == 0, out[-3000:] + err
     results = json.loads(out)
-    assert {r["status"] for r in results} == {"pass"}
+    assert {r["status"] for r in results if not r["case"].startswith("capture_")} == {"pass"}
     assert {"shape-wide[float32]", "shape-wide[bfloat16]", "chunked_prefill[float32]"} <= {r["case"] for r in results}

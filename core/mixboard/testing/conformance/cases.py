@@ -27,6 +27,9 @@ Two modes (``modes.py``). The quick one, the default, runs per dtype (ids ``name
 * ``shape-<id>``: prompts, a continued prefill beside a fresh prompt, then decodes, for each swept shape
 * ``<variant>-<case>``: ``ragged_prefill``, ``chunked_prefill``, ``decode_after_prefill`` and ``mixed_batch``
   again for each variant of the kind's contract (``KindAdapter.variants``; mamba2's ``no_gated_norm``)
+* ``capture_decode``, ``capture_mixed``: steps of decodes, or of any mix, replayed from a recorded step's
+  metadata refilled in place, with no host sync in forward: for a backend that declares it may be captured
+  in a graph (``capture.py``; skipped for the others)
 
 The thorough mode adds the long cases, at the kind's real sizes:
 
@@ -44,6 +47,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ...capture import ANY, UNIFORM_DECODE
 from ...state import PAGED
 from . import schedules as S
 from .kinds import KindAdapter
@@ -75,6 +79,7 @@ class Case:
     layout: str = CONTIGUOUS  # memory layout of the inputs
     pools: str = CONTIGUOUS  # of the pools: STRIDED puts each record in a larger page (pages.py)
     thorough: bool = False  # a long case: run in the thorough mode only
+    capture: str | None = None  # the capture level (mixboard.capture) a case of capture.py checks
 
     @property
     def dtype(self) -> str:
@@ -143,6 +148,34 @@ def plan_case(name: str, what: str, spec: Any, steps: Sequence[Sequence[tuple[st
                 num_slots, num_blocks, block_size, seed, **extra)
 
 
+def plan_capture_case(name: str, what: str, spec: Any, steps: Sequence[Sequence[tuple[str, int]]], block_size: int,
+                      seed: int, level: str) -> Case:
+    """A case of ``capture.py``: the sequences of the first step of decodes (the one recorded) get
+    consecutive slots from 2 and the lowest blocks; the others, slots apart and in no order, and blocks
+    above a gap. So a replayed step differs from the recorded one in every place a forward could have
+    kept: its slots, blocks, block range, context lengths and longest sequence."""
+    total: dict[str, int] = {}
+    for step in steps:
+        for seq, n in step:
+            total[seq] = total.get(seq, 0) + n
+    recorded = [seq for seq, _ in steps[1]]  # the step after the prompts
+    others = [seq for seq in total if seq not in recorded]
+    top = 2 + len(recorded) + 2 * len(others)
+    slots = {seq: 2 + i for i, seq in enumerate(recorded)} | {seq: top - 2 * i for i, seq in enumerate(others)}
+    rng = random.Random(f"{name}/{seed}")
+    need = {seq: -(-n // block_size) for seq, n in total.items()}
+    low, high = sum(need[s] for s in recorded), sum(need[s] for s in others)
+    # block 0 is nobody's; a gap of 2 blocks between the groups
+    pools = (rng.sample(range(1, 1 + low), low), rng.sample(range(low + 3, low + 3 + high), high))
+    seqs = []
+    for group, pool in zip((recorded, others), pools):
+        for seq in group:
+            seqs.append(Seq(seq, slots[seq], _shuffled(pool[:need[seq]], False)))
+            del pool[:need[seq]]
+    return Case(name, what, spec, tuple(seqs), tuple(tuple(s) for s in steps), top + 1, low + 3 + high, block_size,
+                seed, capture=level)
+
+
 def _shuffled(blocks: list[int], in_order: bool) -> tuple[int, ...]:
     """A sequence's blocks; drawn at random they may come out increasing, which a backend that
     assumes contiguous or sorted tables would pass, so those are reversed."""
@@ -190,6 +223,12 @@ def kind_cases(adapter: KindAdapter, spec_cls: type, dtype: str, block_size: int
                            S.PREFILL_300, bs, 30))
     cases += _sweep(adapter.shapes, base, dtype, "shape", S.SHAPE, bs, 100, "prompts, a continued prefill and decodes")
     cases += _variants(adapter.variants, base, bs, 60)
+    cases += [
+        plan_capture_case("capture_decode", "steps of decodes replayed from a recorded one, its metadata refilled in "
+                          "place; no host sync in forward", base, S.CAPTURE_DECODE, bs, 40, UNIFORM_DECODE),
+        plan_capture_case("capture_mixed", "steps of decodes and prefills replayed from a recorded one of as many "
+                          "tokens and sequences; no host sync in forward", base, S.CAPTURE_MIXED, bs, 41, ANY),
+    ]
     if thorough:
         cases += long_cases(adapter, base, real, dtype, bs)
     return cases

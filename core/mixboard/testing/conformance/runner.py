@@ -202,9 +202,20 @@ def run_case(target: Target, case: Case, env: Environment | None, device: str, t
         r for spec in specs for r in reasons_against(target.cls, spec, env)))
     if reasons:
         return CaseResult(case.id, SKIP, None, tolerance, "; ".join(reasons))
+    capture = isinstance(case, Case) and case.capture is not None
+    if capture:  # a case of the backend's capture declaration (capture.py): nothing to check where it declares less
+        from .capture import declared_skip
+
+        declared = declared_skip(target.cls, case)
+        if declared:
+            return CaseResult(case.id, SKIP, None, tolerance, declared)
     worst = _Worst()
     try:
-        if isinstance(case, Case):
+        if capture:
+            from .capture import execute_capture
+
+            execute_capture(target, case, env, device, tolerance, worst)
+        elif isinstance(case, Case):
             _execute(target, case, env, device, tolerance, worst)
         else:  # a dense kind's (op_cases.py)
             from .op_runner import execute_op

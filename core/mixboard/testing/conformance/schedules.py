@@ -38,6 +38,26 @@ ISOLATION = [
 ]
 SHAPE = [[("a", 7), ("b", 2)], [("a", 1), ("b", 4), ("c", 3)], [("a", 1), ("b", 1), ("c", 1)]]
 
+# --------------------------------------------------------------------------- quick: graph capture (capture.py)
+
+# Prompts, then a step of decodes recorded as a graph would record it, then two replayed from that
+# recording: other sequences (other contexts, slots and blocks, a longer max_seq_len), then the recorded
+# ones a token on (a crosses into a new block of 4).
+CAPTURE_DECODE = [
+    [("a", 7), ("b", 2), ("c", 9), ("d", 3), ("e", 13), ("f", 6)],
+    [("a", 1), ("b", 1), ("c", 1)],
+    [("d", 1), ("e", 1), ("f", 1)],
+    [("a", 1), ("b", 1), ("c", 1)],
+]
+# Every step of 9 tokens and 4 sequences replays the first one's recording: 2, then 1, then 3 decodes
+# beside continued prefills and fresh prompts of other lengths.
+CAPTURE_MIXED = [
+    [("a", 7), ("b", 2), ("c", 9), ("d", 3), ("e", 13), ("f", 6)],
+    [("a", 1), ("b", 1), ("c", 4), ("g", 3)],
+    [("d", 1), ("e", 2), ("f", 3), ("h", 3)],
+    [("a", 1), ("b", 1), ("c", 1), ("g", 6)],
+]
+
 # --------------------------------------------------------------------------- quick: real sizes, cheap
 
 # Prompts over several blocks of 16 and of 7; b fills its first block of 16 exactly, then crosses it.

@@ -16,6 +16,7 @@ class AcmeAttention(Backend):
     devices = ("*",)  # plain torch: any device torch runs on
     dtypes = ("float32", "bfloat16", "float16")
     api_version = 1
+    capture = "never"  # our plan holds each sequence's rows and blocks as Python ints (plan.py)
     description = "ACME online-softmax attention: walks each sequence's cache blocks once, skipping invisible ones"
     # Bounds on |ours - mixboard's oracle| that `mixboard check` and the
     # conformance kit hold this backend to; we accumulate in float32 and round once.

@@ -32,6 +32,7 @@ class FlashAttention(Backend):
     requires = ("flash_attn",)
     install_hint = INSTALL_HINT
     api_version = 1
+    capture = "never"  # unverified without a GPU; max_seqlen_q and max_seqlen_k are per-step ints
     description = (f"flash-attn 2 varlen kernel over the paged cache (block_table); NVIDIA compute capability >= 8.0 "
                    f"or AMD {', '.join(ROCM_ARCHS[:3])} and RDNA 3/4 (ROCm, no softcap), "
                    f"head sizes up to {MAX_HEAD_SIZE} in multiples of {HEAD_SIZE_MULTIPLE}, "

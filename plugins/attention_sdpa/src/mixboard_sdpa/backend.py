@@ -18,6 +18,7 @@ class SdpaAttention(Backend):
     devices = ("*",)
     dtypes = ("float32", "bfloat16", "float16")
     api_version = 1
+    capture = "never"  # its decodes are planned per step as Python ints and gathers whose shapes change (meta.py)
     description = ("portable PyTorch: scaled_dot_product_attention over the paged cache; "
                    "decodes batched; explicit softmax only for logits soft-capping")
     # The decodes' keys and values are gathered into two workspaces of up to this size each, reused every

@@ -31,6 +31,7 @@ class SdpaCpuAttention(Backend):
     devices = ("cpu",)
     dtypes = ("float32",)
     api_version = 1
+    capture = "uniform_decode"  # a step of decodes reads only the metadata's tensors (its prefills are planned in ints)
     description = ("sdpa with decodes and causal prefills in a C kernel that reads the paged cache in place (no gather); "
                    f"CPU, float32, up to {MAX_GROUP} query heads per kv head, head size up to {MAX_HEAD_SIZE}")
 

@@ -29,6 +29,7 @@ class Mamba1Cpu(Backend):
     devices = ("cpu",)
     dtypes = ("float32",)
     api_version = 1
+    capture = "never"  # its kernel reads SlotStep.decode_slots, made once per meta on first use
     description = ("mamba1_torch with decode steps in one C call per layer (conv, projections and state update "
                    "read and written in the state pools in place); CPU, float32")
 

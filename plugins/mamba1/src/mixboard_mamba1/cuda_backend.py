@@ -23,6 +23,7 @@ class Mamba1Cuda(Backend):
     requires = ("mamba_ssm", "causal_conv1d")
     install_hint = "pip install 'mixboard-mamba1[cuda]' (builds CUDA kernels; needs a CUDA toolchain)"
     api_version = 1
+    capture = "never"  # unverified without a GPU; plans like mamba1_torch (SlotStep)
     description = "mamba-ssm's selective scan and state update, causal-conv1d's conv (CUDA)"
 
     @classmethod

@@ -18,6 +18,7 @@ class Mamba1Torch(Backend):
     devices = ("*",)
     dtypes = ("float32", "bfloat16", "float16")
     api_version = 1
+    capture = "never"  # its decodes read SlotStep.decode_range, a per-step tuple; its prefills, ints
     description = "portable PyTorch: chunked selective scan for prefills, one fused step for decodes"
 
     @classmethod

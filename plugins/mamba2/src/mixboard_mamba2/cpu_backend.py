@@ -32,6 +32,7 @@ class Mamba2Cpu(Backend):
     devices = ("cpu",)
     dtypes = ("float32",)
     api_version = 1
+    capture = "never"  # decodes as mamba2_torch; its kernels walk CommonBatchMetadata.sequence_rows, made on first use
     description = ("mamba2_torch with the causal conv, the prefills' SSD scan (one sequence and head at a time, "
                    "its chunks in cache) and the gated norm in C; CPU, float32")
 

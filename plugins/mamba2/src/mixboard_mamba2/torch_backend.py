@@ -20,6 +20,7 @@ class Mamba2Torch(Backend):
     devices = ("*",)
     dtypes = ("float32", "bfloat16", "float16")
     api_version = 1
+    capture = "never"  # its decodes read SlotStep.decode_range, a per-step tuple; its prefills, ints
     description = "Mamba-2 SSD in PyTorch: chunked prefill scan, batched decode step (any torch device)"
 
     @classmethod

@@ -40,6 +40,7 @@ class Mamba2Triton(Backend):
     install_hint = ("pip install 'mixboard-mamba2[triton]' on a CUDA or ROCm machine; mamba-ssm compiles its "
                     "extensions there")
     api_version = 1
+    capture = "never"  # unverified without a GPU; plans like mamba2_torch (SlotStep)
     description = ("mamba-ssm's Triton kernels: varlen chunked SSD scan, selective state update, "
                    "gated RMSNorm (NVIDIA GPUs; AMD through ROCm, untested)")
 

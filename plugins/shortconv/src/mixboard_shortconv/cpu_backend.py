@@ -29,6 +29,7 @@ class ShortConvCpu(Backend):
     devices = ("cpu",)
     dtypes = ("float32",)
     api_version = 1
+    capture = "never"  # its kernel walks CommonBatchMetadata.sequence_rows, made once per step on first use
     description = ("the gated conv of a whole step in one C call, states read and written in their slots; "
                    f"CPU, float32, conv width up to {MAX_WIDTH}")
 

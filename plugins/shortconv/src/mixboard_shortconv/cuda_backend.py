@@ -27,6 +27,7 @@ class ShortConvCuda(Backend):
     requires = ("causal_conv1d",)
     install_hint = "pip install 'mixboard-shortconv[cuda]' (builds CUDA kernels)"
     api_version = 1
+    capture = "never"  # unverified without a GPU; plans like short_conv_torch (SlotStep)
     description = "causal-conv1d's CUDA kernels: one channel-last conv over the ragged step; batched decode update"
 
     @classmethod

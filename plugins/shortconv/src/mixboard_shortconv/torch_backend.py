@@ -14,6 +14,7 @@ class ShortConvTorch(Backend):
     devices = ("*",)
     dtypes = ("float32", "bfloat16", "float16")
     api_version = 1
+    capture = "never"  # its decodes read SlotStep.decode_range, a per-step tuple; its ragged conv indexes in forward
     description = "portable PyTorch: one depthwise conv over the ragged step; decodes as one batched state update"
 
     @classmethod

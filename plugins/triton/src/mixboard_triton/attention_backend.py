@@ -22,6 +22,7 @@ class TritonAttention(Backend):
     requires = ("triton",)
     install_hint = INSTALL_HINT
     api_version = 1
+    capture = "never"  # unverified without a GPU
     description = ("mixboard's Triton kernel: paged prefill and decode over the block table, GQA, sliding "
                    "window, soft cap; NVIDIA, AMD and Intel GPUs (cpu: Triton's interpreter, float32, tests only)")
 

@@ -26,6 +26,7 @@ class Mamba1Triton(Backend):
     requires = ("triton",)
     install_hint = INSTALL_HINT
     api_version = 1
+    capture = "never"  # unverified without a GPU; plans like mamba1_torch (SlotStep)
     description = ("mixboard's Triton kernels: causal conv and selective scan over a ragged step, the one-token "
                    "conv step and state update for decodes; states in their slots, any conv width")
 

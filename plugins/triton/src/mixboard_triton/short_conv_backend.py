@@ -22,6 +22,7 @@ class ShortConvTriton(Backend):
     requires = ("triton",)
     install_hint = INSTALL_HINT
     api_version = 1
+    capture = "never"  # unverified without a GPU; plans like short_conv_torch (SlotStep)
     description = ("mixboard's Triton kernels: y = C * conv(B * x) over a ragged step, and the one-token step, "
                    "states read and written in their slots; any conv width")
 
