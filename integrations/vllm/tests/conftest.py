@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 
@@ -31,15 +32,19 @@ def checkpoint(workdir):
 
 @pytest.fixture(scope="session")
 def native(workdir, checkpoint):
-    """vLLM's own greedy ids for a model (the integration off), once per session."""
+    """vLLM's own greedy ids for a model (the integration off), once per session and configuration:
+    ``native(name)`` in eager mode, ``native(name, {"enforce_eager": False})`` compiled, ..."""
     done = {}
 
-    def get(name: str) -> list:
-        if name not in done:
-            r = run(workdir, f"{name}_native", checkpoint(name), OFF)
+    def get(name: str, extra: dict | None = None, env: dict | None = None) -> list:
+        key = (name, json.dumps(extra or {}, sort_keys=True), json.dumps(env or {}, sort_keys=True))
+        if key not in done:
+            tag = f"{name}_native" + "".join(f"_{k}={v}" for k, v in sorted((extra or {}).items()))
+            r = run(workdir, tag, checkpoint(name), {**OFF, **(env or {})}, extra)
             assert r.rc == 0, r.log[-3000:]
             assert "mixboard-vllm plan" not in r.log
-            done[name] = r.ids
-        return done[name]
+            done[key] = r
+        return done[key].ids
 
+    get.runs = done
     return get

@@ -43,7 +43,8 @@ class Run:
 
 def run(tmp, tag: str, model: str, env: dict | None = None, extra: dict | None = None, timeout: int = 600) -> Run:
     out, trace, log = (os.path.join(tmp, f"{tag}.{x}") for x in ("json", "trace", "log"))
-    e = {**os.environ, "MIXBOARD_VLLM_TRACE": trace, **(env or {})}
+    # one compile cache per session, not the user's: a run must never load a graph another session compiled
+    e = {**os.environ, "MIXBOARD_VLLM_TRACE": trace, "VLLM_CACHE_ROOT": os.path.join(tmp, "vllm-cache"), **(env or {})}
     cmd = [sys.executable, os.path.join(HERE, "run_llm.py"), model, out] + ([json.dumps(extra)] if extra else [])
     with open(log, "w") as f:
         rc = subprocess.run(cmd, env=e, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=HERE).returncode

@@ -1,7 +1,8 @@
 """One vLLM engine in its own process: greedy ids for PROMPTS, written as JSON to argv[2].
 
 Five prompts of 3 to 77 tokens, different max_tokens, max_num_seqs=3 and a 48-token budget:
-steps mix decodes with fresh, chunked and continuing prefills. argv[3]: extra LLM() arguments."""
+steps mix decodes with fresh, chunked and continuing prefills. argv[3]: LLM() arguments over these
+defaults (eager mode unless it says ``"enforce_eager": false``)."""
 
 import json
 import sys
@@ -18,9 +19,9 @@ def main():
     extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model, dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
-              gpu_memory_utilization=0.3, max_model_len=256, max_num_seqs=3, max_num_batched_tokens=48,
-              block_size=32, **extra)
+    args = dict(dtype="float32", enforce_eager=True, skip_tokenizer_init=True, gpu_memory_utilization=0.3,
+                max_model_len=256, max_num_seqs=3, max_num_batched_tokens=48, block_size=32)
+    llm = LLM(model=model, **{**args, **extra})  # extra {"enforce_eager": False}: vLLM's default, compiled
     sps = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in MAX_TOKENS]
     outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], sps, use_tqdm=False)
     with open(out, "w") as f:

@@ -15,6 +15,17 @@ def test_two_ranks_same_ids_and_fingerprint(workdir, checkpoint, native):
     assert f"all 2 ranks share fingerprint {fps[0]}" in r.log
 
 
+def test_a_hybrid_on_two_ranks_gives_vllm_alones_ids(workdir, checkpoint, native):
+    """Mamba2 with one group of B and C (Granite 4's layout): vLLM shards its heads over the ranks,
+    so the gated norm's one group spans both, and vLLM all-reduces its variance. The integration
+    leaves that norm to vLLM's layer (Mamba2Spec.gated_norm=False), or each rank would normalize
+    its half alone."""
+    extra = {"tensor_parallel_size": 2}
+    r = ok(run(workdir, "granite_hybrid_tp2", checkpoint("granite_hybrid"), TP2, extra))
+    assert r.ids == native("granite_hybrid", extra, TP2)
+    assert set(r.fingerprints) == {0, 1} and r.fingerprints[0] == r.fingerprints[1]
+
+
 def test_a_rank_that_plans_differently_stops_start_up(workdir, checkpoint):
     # the skew test plugin serves attention on rank 1 only (tests/skew_plugin)
     r = run(workdir, "llama_tp2_skew", checkpoint("llama"), {**TP2, "MIXBOARD_VLLM_TEST_SKEW_RANK": "1"},

@@ -46,11 +46,13 @@ def register() -> None:
             raise RuntimeError(msg + " [MIXBOARD_STRICT_PLUGINS is set]")
         _logger().warning(msg)
         return
-    from . import compat
+    from . import compat, ops
     from .layers import register_layers
-    from .plan import refuse_foreign
+    from .plan import on_layer_built
 
     compat.override_attention_backend()
-    compat.on_mixer_layer_built(refuse_foreign)
+    ops.register()
+    compat.split_graph_at(ops.QUALIFIED)
+    compat.on_mixer_layer_built(on_layer_built)
     kinds = ["attention", *register_layers()]
     _logger().info("mixboard-vllm %s: %s layers run through mixboard's registry", __version__, ", ".join(kinds))

@@ -175,3 +175,87 @@ def base_mamba_kv_cache_spec(layer, vllm_config):
     from vllm.model_executor.layers.mamba.abstract import MambaBase
 
     return MambaBase.get_kv_cache_spec(layer, vllm_config)
+
+
+# --- compiled mode -------------------------------------------------------------------------------
+
+OP_LIBRARY = "mixboard_vllm"  # torch.ops.mixboard_vllm.*
+ATTENTION_OP = "vllm::unified_attention_with_output"  # Attention.forward's op, which calls our impl
+_library = None  # torch's Library must outlive its ops
+
+
+def register_op(name: str, fn, *, mutates: list[str], fake) -> None:
+    """Register ``fn`` as ``mixboard_vllm::name`` for this platform's dispatch key with vLLM's own
+    helper (utils/torch_utils.py:1068), as vLLM registers its mixer ops. Where vLLM breaks CUDA
+    graphs at such ops while capturing (compilation/breakable_cudagraph.py), the op breaks them too."""
+    global _library
+    from torch.library import Library
+    from vllm.utils.torch_utils import direct_register_custom_op
+
+    try:
+        from vllm.compilation.breakable_cudagraph import eager_break_during_capture
+
+        fn = eager_break_during_capture(fn)
+    except ImportError:
+        pass
+    if _library is None:
+        _library = Library(OP_LIBRARY, "FRAGMENT")
+    direct_register_custom_op(op_name=name, op_func=fn, mutates_args=mutates, fake_impl=fake, target_lib=_library)
+
+
+def forward_context_layer(name: str):
+    """The layer vLLM registered under ``name`` (its prefix), as vLLM's own mixer ops find theirs."""
+    from vllm.forward_context import get_forward_context
+
+    return get_forward_context().no_compile_layers[name]
+
+
+def split_graph_at(qualified_op: str) -> None:
+    """Make ``qualified_op`` one of the ops vLLM splits its graph at when it captures piecewise
+    CUDA graphs: CompilationConfig copies this class list when the user gave no splitting_ops
+    (config/compilation.py:768, 1177)."""
+    from vllm.config.compilation import CompilationConfig
+
+    if qualified_op not in CompilationConfig._attention_ops:
+        CompilationConfig._attention_ops.append(qualified_op)
+
+
+def graph_splits(vllm_config) -> tuple[bool, list[str]]:
+    """(does vLLM capture piecewise graphs between splitting ops here, the splitting ops)."""
+    from vllm.config.compilation import CompilationMode, CUDAGraphMode
+
+    cc = vllm_config.compilation_config
+    piecewise = cc.mode == CompilationMode.VLLM_COMPILE and cc.cudagraph_mode not in (None, CUDAGraphMode.NONE)
+    return piecewise, list(cc.splitting_ops or [])
+
+
+def compiles(vllm_config) -> bool:
+    from vllm.config.compilation import CompilationMode
+
+    return vllm_config.compilation_config.mode != CompilationMode.NONE
+
+
+def mark_compile_cache(vllm_config, marker: str) -> bool:
+    """vLLM reuses a compiled model from its cache by the config's hash and the traced files
+    (compilation/decorators.py:560, caching.py:572): a graph compiled without mixboard (whose
+    mixer ops run vLLM's own kernels on any layer of the right name) would be loaded with mixboard
+    on, and the other way round. ``additional_config`` is part of that hash (config/vllm.py:549).
+    Returns False where it cannot be marked (a platform's own additional_config object) and vLLM
+    would still reuse compiled models."""
+    import vllm.envs as envs
+
+    extra = vllm_config.additional_config
+    if isinstance(extra, dict):
+        extra.setdefault("mixboard_vllm", marker)
+        return True
+    return not compiles(vllm_config) or bool(envs.VLLM_DISABLE_COMPILE_CACHE)
+
+
+def cudagraph_support(level: str):
+    """mixboard's capture level (mixboard.capture) as vLLM's AttentionCGSupport
+    (v1/attention/backend.py:554): a batch of decodes of one token each, or any batch."""
+    from mixboard.capture import ANY, UNIFORM_DECODE
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    return {UNIFORM_DECODE: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE,
+            ANY: AttentionCGSupport.ALWAYS}.get(level, AttentionCGSupport.NEVER)

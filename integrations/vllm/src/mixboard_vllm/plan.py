@@ -12,10 +12,11 @@ import re
 import time
 from typing import Any
 
-from . import compat, ranks, state, table
+from . import compat, ops, ranks, state, table
 from .errors import StartupError
 
 _PLAN: "ProcessPlan | None" = None
+COMPILE_CACHE_MARKER = "on"  # vLLM's compile cache key gains it (compat.mark_compile_cache)
 
 
 class Bound:
@@ -46,6 +47,17 @@ def _layer_spec(name: str, layer) -> tuple[str, Any] | None:
     if isinstance(layer, MixboardLayer):
         return layer.mixboard_kind, layer.mixboard_spec()
     return "attention", attention_spec(name, layer)
+
+
+def on_layer_built(layer) -> None:
+    """Called as each mixer layer is built (compat.on_mixer_layer_built), in every process that
+    builds a model: refuse a layer mixboard would not run, and keep vLLM from reusing a model it
+    compiled without mixboard (or with it, once it is off)."""
+    refuse_foreign(layer)
+    if not compat.mark_compile_cache(compat.current_vllm_config(), COMPILE_CACHE_MARKER):
+        raise refused(StartupError(
+            "mixboard-vllm: this platform's additional_config cannot carry mixboard's mark, so vLLM could load a "
+            "model it compiled without mixboard; set VLLM_DISABLE_COMPILE_CACHE=1 or enforce_eager=True"))
 
 
 def refuse_foreign(layer) -> None:
@@ -116,6 +128,7 @@ class ProcessPlan:
         except MixboardError as exc:
             raise StartupError(f"mixboard-vllm: {exc}") from None
         state.check_paged_layout(self.plan)
+        ops.check_graph_splits(vllm_config, {lp.kind for lp in self.plan.layers})
         state.check_hybrid(self.plan)
         self.builders: list[Any] = []
         self.bound: dict[str, Bound] = {}

@@ -66,13 +66,21 @@ class MixboardLayer:
 
         return MixboardSlotsBackend
 
-    def _step(self):
-        """(bound, step metadata, state pools), or None in vLLM's profile and dummy runs."""
+    def mixboard_mix(self, projected: torch.Tensor, output: torch.Tensor) -> None:
+        """The kind's boundary, run by ``torch.ops.mixboard_vllm.mixer`` (ops.py) outside any traced
+        graph: ``projected`` is in_proj's output, ``output`` the rows out_proj reads. Rows past
+        the step's tokens are vLLM's padding and get zeros."""
         md = compat.step_metadata(self.prefix)
-        if md is None:
-            return None
+        if md is None:  # vLLM's profile, warm-up and dummy runs: shapes only
+            output.zero_()
+            return
         bound = self._mb()
-        return bound, md, self._pools(self.kv_cache, bound)
+        T = md.common.num_tokens
+        y = bound.impl.forward(*self._kind_inputs(projected[:T]), self._mixboard_weights(),
+                               self._pools(self.kv_cache, bound), md.metas[bound.group])
+        output[:T].copy_(y)
+        if T < output.shape[0]:
+            output[T:].zero_()
 
 
 def _nbytes(shape, dtype) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.mamba.mamba_mixer import MambaMixer
 
-from .. import compat
+from .. import compat, ops
 from .base import MixboardLayer, torch_dtype_name
 
 
@@ -44,15 +44,12 @@ class MixboardMambaMixer(MixboardLayer, MambaMixer):
                 dt_proj_bias=self.dt_proj.bias, A=self.A.to(w.dtype), D=self.D)
         return self._weights
 
+    def _kind_inputs(self, p):
+        DI = p.shape[-1] // 2
+        return p[:, :DI], p[:, DI:]
+
     def forward(self, hidden_states: torch.Tensor, output: torch.Tensor):
         projected = self.in_proj(hidden_states)[0]
-        DI = projected.shape[-1] // 2
-        step = self._step()
-        if step is None:  # profile run
-            output[:] = self.out_proj(projected[:, :DI])[0]
-            return
-        bound, md, pools = step
-        T = md.common.num_tokens
-        y = bound.impl.forward(projected[:T, :DI], projected[:T, DI:], self._mixboard_weights(), pools,
-                               md.metas[bound.group])
-        output[:T] = self.out_proj(y)[0]
+        y = projected.new_empty(projected.shape[0], projected.shape[-1] // 2)
+        ops.mixer(projected, y, self.prefix)
+        output[: projected.shape[0]] = self.out_proj(y)[0]

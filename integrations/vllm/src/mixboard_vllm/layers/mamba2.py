@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 
-from .. import compat
+from .. import compat, ops
 from .base import MixboardLayer, torch_dtype_name
 
 
@@ -15,10 +15,12 @@ class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         compat.keep_raw_weights(self.conv1d)
+        # vLLM's own gated norm runs after the backend (Mamba2Spec.gated_norm=False) where a norm
+        # group spans ranks (one group sharded by heads: vLLM all-reduces its variance, which a
+        # backend cannot) or the model has no norm (the gate alone)
+        self._norm_outside = not self.use_rms_norm or self.norm.n_groups % self.tp_size != 0
         self._mixboard_init([why for why, present in (
             (f"activation {self.activation}", self.activation != "silu"),
-            ("no gated RMSNorm", not self.use_rms_norm),
-            # vLLM all-reduces the norm's variance across ranks then; the kind's norm is per rank
             (f"n_groups {self.n_groups} not divisible by tensor parallel size {self.tp_size}",
              self.n_groups % self.tp_size != 0),
             ("speculative decoding", bool(self.num_spec) or bool(getattr(self, "use_replayssm", False))),
@@ -32,7 +34,7 @@ class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
                           d_state=self.ssm_state_size, n_groups=self.n_groups // self.tp_size,
                           d_conv=self.conv_kernel_size, chunk_size=compat.mamba_chunk_size(mc),
                           conv_bias=self.conv1d.bias is not None, norm_eps=float(self.norm.variance_epsilon),
-                          dtype=torch_dtype_name(mc.dtype))
+                          gated_norm=not self._norm_outside, dtype=torch_dtype_name(mc.dtype))
 
     def get_kv_cache_spec(self, vllm_config):
         return compat.base_mamba_kv_cache_spec(self, vllm_config)
@@ -44,24 +46,20 @@ class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
             dt = self.conv_weights.dtype
             self._weights = Mamba2Weights(conv_weight=self.conv_weights, conv_bias=self.conv1d.bias,
                                           dt_bias=self.dt_bias, A=self.A.to(dt),  # vLLM keeps A in float32
-                                          D=self.D, norm_weight=self.norm.weight)
+                                          D=self.D, norm_weight=None if self._norm_outside else self.norm.weight)
         return self._weights
+
+    def _kind_inputs(self, p):
+        DI, CD, H = self.tped_intermediate_size, self.tped_conv_size, self.tped_dt_size
+        return p[:, :DI], p[:, DI:DI + CD], p[:, DI + CD:DI + CD + H]
 
     def forward(self, hidden_states: torch.Tensor, mup_vector: torch.Tensor | None = None):
         projected, _ = self.in_proj(hidden_states)
         if mup_vector is not None:
             projected = projected * mup_vector
-        DI, CD, H = self.tped_intermediate_size, self.tped_conv_size, self.tped_dt_size
-        step = self._step()
-        if step is None:  # profile run: shapes only
-            y = torch.zeros_like(projected[:, :DI])
-        else:
-            bound, md, pools = step
-            T = md.common.num_tokens
-            p = projected[:T]
-            y = bound.impl.forward(p[:, :DI], p[:, DI:DI + CD], p[:, DI + CD:DI + CD + H], self._mixboard_weights(),
-                                   pools, md.metas[bound.group])
-            if T < projected.shape[0]:  # vLLM's padding rows
-                y = torch.cat([y, y.new_zeros(projected.shape[0] - T, DI)])
+        y = projected.new_empty(projected.shape[0], self.tped_intermediate_size)
+        ops.mixer(projected, y, self.prefix)
+        if self._norm_outside:
+            y = self.norm(y, projected[..., : self.tped_intermediate_size])
         out, _ = self.out_proj(y)
         return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.mamba.short_conv import ShortConv
 
-from .. import compat
+from .. import compat, ops
 from .base import MixboardLayer, torch_dtype_name
 
 
@@ -32,15 +32,12 @@ class MixboardShortConv(MixboardLayer, ShortConv):
             self._weights = ShortConvWeights(conv_weight=w.view(w.size(0), w.size(2)), conv_bias=self.conv.bias)
         return self._weights
 
+    def _kind_inputs(self, p):
+        HS = p.shape[-1] // 3
+        return p[:, :HS], p[:, HS:2 * HS], p[:, 2 * HS:]  # B, C, x
+
     def forward(self, hidden_states: torch.Tensor, output: torch.Tensor):
         BCx, _ = self.in_proj(hidden_states)
-        HS = BCx.shape[-1] // 3
-        B, C, x = BCx[:, :HS], BCx[:, HS:2 * HS], BCx[:, 2 * HS:]
-        step = self._step()
-        if step is None:  # profile run
-            output[: hidden_states.shape[0]] = self.out_proj(C * B * x)[0]
-            return
-        bound, md, pools = step
-        T = md.common.num_tokens
-        y = bound.impl.forward(B[:T], C[:T], x[:T], self._mixboard_weights(), pools, md.metas[bound.group])
-        output[:T] = self.out_proj(y)[0]
+        y = BCx.new_empty(BCx.shape[0], BCx.shape[-1] // 3)
+        ops.mixer(BCx, y, self.prefix)
+        output[: BCx.shape[0]] = self.out_proj(y)[0]
