@@ -40,7 +40,6 @@ declaration is checked only where its device is.
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 from typing import Any
 
 import torch
@@ -53,7 +52,9 @@ from .cases import CONTIGUOUS, Case
 from .host_syncs import summary, watch
 from .inputs import draw_inputs, place
 from .isolation import changed_foreign_record, owned_records
-from .runner import Target, _backend, _compare, _Failure, _layers, _Worst, block_size_for, state_spec
+from .runner import (
+    Step, Target, _backend, _compare, _Failure, _layers, _Worst, block_size_for, case_steps, state_spec,
+)
 
 _SHAPES = {UNIFORM_DECODE: "step of decodes of as many sequences", ANY: "step of as many tokens and sequences"}
 
@@ -91,29 +92,18 @@ class _Replay:
         self.gen = torch.Generator().manual_seed(case.seed)
         (self.layer,) = _layers(target, case, env, device, self.gen, self.bs)
         self.builder = _backend(build_builder, target.cls, spec, env, target.options)
-        total = Counter()
-        for step in case.steps:
-            total.update({name: n for name, n in step})
-        self.width = max(-(-n // self.bs) for n in total.values())  # the table's columns, in every step
+        self.width = max(len(s.blocks) for s in case.seqs)  # the table's columns, in every step
         self.declared = f"declares capture={target.cls.capture!r}"
         self.recordings: dict[tuple, tuple[int, Any]] = {}  # shape -> (step number, its builder output)
 
     def run(self) -> None:
-        done = {s.name: 0 for s in self.case.seqs}
-        for number, step in enumerate(self.case.steps, 1):
-            # Decodes (one new token after earlier context) come first, as the runner orders them.
-            order = sorted(step, key=lambda c: not (c[1] == 1 and done[c[0]] > 0))
-            self._step(number, order, [done[name] for name, _ in order])
-            for name, n in order:
-                done[name] += n
+        for step in case_steps(self.case, self.bs):
+            self._step(step)
 
-    def _step(self, number: int, order, context: list[int]) -> None:
+    def _step(self, step: Step) -> None:
         case, bs, layer, adapter = self.case, self.bs, self.layer, self.target.adapter
-        seqs = [case.seq(name) for name, _ in order]
-        query = [n for _, n in order]
-        slots = [s.slot for s in seqs]
-        tables = [s.blocks[: -(-(c + q) // bs)] for s, c, q in zip(seqs, context, query)]
-        padded = [list(t) + [case.pad_block] * (self.width - len(t)) for t in tables]
+        number, order, query, context, slots = step.number, step.order, step.query, step.context, step.slots
+        padded = [list(t) + [case.pad_block] * (self.width - len(t)) for t in step.tables]
         common = CommonBatchMetadata.build(query, context, slots, padded, bs, self.device, case.pad_block)
         common_cpu = CommonBatchMetadata.build(query, context, slots, padded, bs, "cpu", case.pad_block)
         where = f"step {number} of {len(case.steps)}"
@@ -141,8 +131,8 @@ class _Replay:
         ref = adapter.call(layer.oracle, inputs, layer.oracle_weights, layer.oracle_state, common_cpu)
         try:
             _compare(out, ref, self.device, order, context, where, self.tol, self.worst)
-            moved = changed_foreign_record(self.layout, before, layer.state, owned_records(self.layout,
-                                                                                        zip(slots, tables)))
+            moved = changed_foreign_record(self.layout, before, layer.state,
+                                           owned_records(self.layout, zip(slots, step.tables)))
             if moved:
                 raise _Failure(f"{where}: {moved}")
         except _Failure as exc:

@@ -16,7 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
@@ -286,6 +286,33 @@ def _layers(target: Target, case: Case, env: Environment, device: str, gen: torc
     return layers
 
 
+@dataclass
+class Step:
+    """One step of a case as a runner feeds it."""
+
+    number: int  # from 1
+    order: list[tuple[str, int]]  # (sequence, new tokens), decodes first
+    query: list[int]  # new tokens per sequence, in that order
+    context: list[int]  # tokens each has from earlier steps
+    slots: list[int]
+    tables: list[tuple[int, ...]]  # the blocks each holds once the step is done
+
+
+def case_steps(case: Case, block_size: int) -> Iterator[Step]:
+    """The steps of ``case`` over blocks of ``block_size`` tokens, each sequence continuing where it stopped."""
+    done = {s.name: 0 for s in case.seqs}
+    for number, step in enumerate(case.steps, 1):
+        # Decodes (one new token after earlier context) come first, as the runner orders them.
+        order = sorted(step, key=lambda c: not (c[1] == 1 and done[c[0]] > 0))
+        seqs = [case.seq(name) for name, _ in order]
+        query = [n for _, n in order]
+        context = [done[name] for name, _ in order]
+        tables = [s.blocks[: -(-(c + q) // block_size)] for s, c, q in zip(seqs, context, query)]
+        yield Step(number, order, query, context, [s.slot for s in seqs], tables)
+        for name, n in order:
+            done[name] += n
+
+
 def _execute(target: Target, case: Case, env: Environment, device: str, tol: float, worst: _Worst) -> None:
     adapter, spec = target.adapter, case.spec
     dtype = torch_dtype(spec.dtype)
@@ -295,16 +322,10 @@ def _execute(target: Target, case: Case, env: Environment, device: str, tol: flo
     layers = _layers(target, case, env, device, gen, bs)
     with torch.inference_mode():  # one builder per case, as a runner keeps one per group for every step
         builder = _backend(build_builder, target.cls, spec, env, target.options)
-    done = {s.name: 0 for s in case.seqs}
-    for number, step in enumerate(case.steps, 1):
+    for step in case_steps(case, bs):
+        number, order, query, context, slots, tables = (step.number, step.order, step.query, step.context,
+                                                        step.slots, step.tables)
         where = f"step {number} of {len(case.steps)}"
-        # Decodes (one new token after earlier context) come first, as the runner orders them.
-        order = sorted(step, key=lambda c: not (c[1] == 1 and done[c[0]] > 0))
-        seqs = [case.seq(name) for name, _ in order]
-        query = [n for _, n in order]
-        context = [done[name] for name, _ in order]
-        tables = [s.blocks[: -(-(c + q) // bs)] for s, c, q in zip(seqs, context, query)]
-        slots = [s.slot for s in seqs]
         common_cpu = CommonBatchMetadata.build(query, context, slots, tables, bs, "cpu", case.pad_block)
         fresh_common = partial(CommonBatchMetadata.build, query, context, slots, tables, bs, device, case.pad_block)
         common = fresh_common()  # the backend's own copy, on its device, through its builder
@@ -347,8 +368,6 @@ def _execute(target: Target, case: Case, env: Environment, device: str, tol: flo
                 raise _Failure(f"step {number} of {len(case.steps)}: layer {i}'s output changed while a later layer "
                                f"ran: it shares memory that layer wrote (a workspace in the shared meta?); return a "
                                f"tensor of its own")
-        for name, n in order:
-            done[name] += n
 
 
 def _run_alone(target: Target, builder, fresh_common, layer: _Layer, inputs: dict, device: str, case: Case):
