@@ -60,4 +60,25 @@ INLINE float lane_sum(vec v) {
     return v[0];
 }
 
+/* Lane k of the result: the sum of r[k]'s lanes, for 16 vectors at once.
+ * Each level adds the two halves of pairs of vectors, packing both pairs'
+ * halves into one vector (15 adds and 30 shuffles for the 16 sums instead
+ * of 64 of each one sum at a time); the sums land in bit-reversed lane
+ * order, which the last shuffle undoes. */
+INLINE vec lane_sums(const vec r[LANES]) {
+    vec t[8], u[4], v[2];
+    for (int j = 0; j < 8; j++)
+        t[j] = SHUFFLE(r[2 * j], r[2 * j + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+             + SHUFFLE(r[2 * j], r[2 * j + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (int j = 0; j < 4; j++)
+        u[j] = SHUFFLE(t[2 * j], t[2 * j + 1], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27)
+             + SHUFFLE(t[2 * j], t[2 * j + 1], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int j = 0; j < 2; j++)
+        v[j] = SHUFFLE(u[2 * j], u[2 * j + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29)
+             + SHUFFLE(u[2 * j], u[2 * j + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    const vec w = SHUFFLE(v[0], v[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30)
+                + SHUFFLE(v[0], v[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    return SHUFFLE(w, w, 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
+}
+
 #endif
