@@ -3,7 +3,8 @@ the core oracle and transformers' Mamba2Mixer, on what the conformance kit's
 short cases do not reach: prefills of several of the kernel's 64-token
 chunks and partial last chunks, continuing from saved state, strong decays
 over long sequences, groups, head and state sizes off its 16-lane vectors,
-one and two threads; and how it is listed where it cannot serve."""
+one and two threads; decodes updating scattered records of pools laid in
+larger pages in place; and how it is listed where it cannot serve."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from mixboard import Mamba2Spec, simulate
+from mixboard.kinds.mamba2 import mamba2_state
 from mixboard.selection import reasons_against
+from mixboard.testing.conformance.pages import allocate_in_pages
 from mixboard_mamba2.cpu_backend import Mamba2Cpu, kernel_missing
 from test_mamba2_torch import Ours, assert_close, hf_mixer, ungated
 
@@ -130,6 +135,70 @@ def test_without_the_gated_norm_matches_the_oracle_and_runs_no_norm(monkeypatch,
     assert_close(got, OracleRunner(spec, weights)(inputs, theirs, query, context, slots), atol=2e-5, rtol=0)
     for pool in ours:
         assert_close(ours[pool], theirs[pool], atol=2e-5, rtol=0)
+
+
+class Ops(TorchDispatchMode):
+    """The names of the aten ops that run inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+GATHER_OR_SCATTER = {"index_select", "index_copy", "index_copy_", "index_put", "index_put_", "gather", "scatter",
+                     "scatter_", "take", "index"}
+DECODE_SPECS = {  # the profiled vLLM model's layer (GraniteMoeHybrid, hidden 256), and two off the kernel's lanes
+    "vllm_profile": small_spec(num_heads=8, head_dim=64, d_state=16, n_groups=1),
+    "groups": SPECS["groups"],
+    "sizes_off_lanes": SPECS["sizes_off_lanes"],
+}
+
+
+@pytest.mark.parametrize("name", DECODE_SPECS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decodes_update_scattered_records_of_pools_in_pages_in_place(monkeypatch, name, threads):
+    """Steps of decodes only over pools laid in larger pages, as vLLM's hybrid cache lays them (stride(0)
+    past a record), the sequences' slots in no order: the C kernel updates each record where it lies. No op
+    of a step gathers or scatters records, the bytes between records stay as they were, and outputs and
+    every record match the oracle's step after step."""
+    from mixboard_mamba2 import cpu_impl
+
+    if cpu_impl._decode is None:
+        pytest.skip("mixboard_mamba2._decode is not built")
+    calls = []
+    kernel = cpu_impl._decode.step
+    monkeypatch.setattr(cpu_impl._decode, "step", lambda *args: (calls.append(args[11]), kernel(*args))[1])
+
+    spec = DECODE_SPECS[name]
+    weights, records = random_weights(spec, seed=4), 40
+    ours, pages = allocate_in_pages(mamba2_state(spec), records, 16, "cpu")
+    theirs = fresh_state(spec, records)
+    gen = torch.Generator().manual_seed(5)
+    for pool, values in ours.items():
+        values.normal_(generator=gen)
+        theirs[pool].copy_(values)
+    slots = random.Random(6).sample(range(records), 16)
+    runner, oracle = Runner(Mamba2Cpu, spec, weights), OracleRunner(spec, weights)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for step in range(3):
+            inputs = random_inputs(spec, len(slots), seed=10 + step)
+            with Ops() as ops:
+                got = runner(inputs, ours, [1] * len(slots), [5 + step] * len(slots), slots)
+            want = oracle(inputs, theirs, [1] * len(slots), [5 + step] * len(slots), slots)
+            assert not ops.names & GATHER_OR_SCATTER, sorted(ops.names & GATHER_OR_SCATTER)
+            assert_close(got, want, atol=2e-5, rtol=0)
+            for pool in ours:
+                assert_close(ours[pool], theirs[pool], atol=2e-5, rtol=0)
+    finally:
+        torch.set_num_threads(before)
+    assert calls == [len(slots)] * 3  # one kernel call a step, for all its decodes
+    assert pages.changed() is None
 
 
 def test_listed_with_reasons_where_it_cannot_serve():

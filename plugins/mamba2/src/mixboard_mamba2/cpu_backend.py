@@ -1,10 +1,11 @@
 """Backend ``mamba2_cpu``: ``mamba2_torch`` with its heavy passes in C.
 
-On a CPU in float32, three parts of a step run in one C call each
+On a CPU in float32, four parts of a step run in one C call each
 (``_prefill.c``): the ragged causal conv, the chunked scan of the prefills
 (one (sequence, head) at a time, its chunks in cache, instead of ssd.py's
-[heads, chunks, Q, Q] tensors) and the D skip with the gated RMSNorm. The
-decodes' state update is ``mamba2_torch``'s. Declarations only: listing and
+[heads, chunks, Q, Q] tensors) and the D skip with the gated RMSNorm; and
+(``_decode.c``) the decodes' state update, each record updated where it
+lies in the pool, with no gather or scatter. Declarations only: listing and
 selection import neither torch nor the kernels.
 """
 
@@ -32,9 +33,10 @@ class Mamba2Cpu(Backend):
     devices = ("cpu",)
     dtypes = ("float32",)
     api_version = 1
-    capture = "never"  # decodes as mamba2_torch; its kernels walk CommonBatchMetadata.sequence_rows, made on first use
+    capture = "never"  # its kernels walk CommonBatchMetadata.sequence_rows, made on first use
     description = ("mamba2_torch with the causal conv, the prefills' SSD scan (one sequence and head at a time, "
-                   "its chunks in cache) and the gated norm in C; CPU, float32")
+                   "its chunks in cache), the decodes' state update (in place in the pool) and the gated norm "
+                   "in C; CPU, float32")
 
     @classmethod
     def check(cls, spec: Mamba2Spec, env: Any):

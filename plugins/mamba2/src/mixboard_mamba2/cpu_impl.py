@@ -1,11 +1,13 @@
-"""The ``mamba2_cpu`` impl: ``mamba2_torch``'s, with three parts in C
-(``_prefill.c``), each one call per step: the causal conv, the prefills' SSD
-scan, and the D skip with the gated RMSNorm (with ``gated_norm=False``,
-the D skip alone, ``mamba2_torch``'s). Decodes' state update stays
-``mamba2_torch``'s. Where an input is not what a kernel reads (another
-dtype, a strided input row), that part is ``mamba2_torch``'s. Pools whose
-records sit in larger pages (an engine's hybrid cache) are not such a case:
-the kernels take each pool's record stride."""
+"""The ``mamba2_cpu`` impl: ``mamba2_torch``'s, with four parts in C, each
+one call per step: the causal conv, the prefills' SSD scan, and the D skip
+with the gated RMSNorm (``_prefill.c``; with ``gated_norm=False``, the D
+skip alone, ``mamba2_torch``'s), and the decodes' state update
+(``_decode.c``: dt's softplus, the update and y in one pass over each
+state, where it lies in the pool). Where an input is not what a kernel
+reads (another dtype, a strided input row), or ``_decode`` is not built,
+that part is ``mamba2_torch``'s. Pools whose records sit in larger pages
+(an engine's hybrid cache) are not such a case: the kernels take each
+pool's record stride."""
 
 from __future__ import annotations
 
@@ -17,6 +19,11 @@ from .torch_impl import Mamba2TorchImpl
 
 from . import _prefill  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
 
+try:  # built with _prefill, by the same setup.py; without it the decodes run as mamba2_torch's
+    from . import _decode
+except ImportError:  # pragma: no cover - a partial build
+    _decode = None
+
 CONV_MAX_WIDTH = 8  # the conv kernel's window registers (_prefill.c's MAX_WIDTH)
 
 
@@ -24,6 +31,26 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
     # what the kernels read, laid out once per weights record (frozen, so it cannot go stale)
     _conv_for: tuple[object, torch.Tensor, torch.Tensor | None] | None = None
     _norm_for: tuple[object, torch.Tensor, torch.Tensor] | None = None
+    _decode_for: tuple[object, torch.Tensor, torch.Tensor] | None = None
+
+    def _decodes(self, step, x, dt, weights, B, C, ssm_pool) -> torch.Tensor:
+        # the pool's records are contiguous and a record or more apart: InputChecks holds it to the contract
+        if not (_decode is not None and ssm_pool.dtype == dt.dtype == torch.float32 and dt.stride(-1) == 1
+                and _row_contiguous(x) and _row_contiguous(B) and _row_contiguous(C) and B.stride(0) == C.stride(0)):
+            return super()._decodes(step, x, dt, weights, B, C, ssm_pool)
+        if self._decode_for is None or self._decode_for[0] is not weights:
+            self._decode_for = (weights, weights.dt_bias.detach().float().contiguous(),
+                                weights.A.detach().float().contiguous())
+        _, dt_bias, A = self._decode_for
+        spec = self.spec
+        n, H, P, N = x.shape[0], spec.num_heads, spec.head_dim, spec.d_state
+        y = torch.empty(n, H, P)
+        slots = step.decode_slots.contiguous()  # int64; a no-op unless an engine hands slots as a strided view
+        _decode.step(x.data_ptr(), x.stride(0), B.data_ptr(), C.data_ptr(), B.stride(0), dt.data_ptr(),
+                     dt.stride(0), dt_bias.data_ptr(), A.data_ptr(), float(spec.dt_min), float(spec.dt_max), n, H,
+                     P, spec.n_groups, N, ssm_pool.data_ptr(), record_stride(ssm_pool, H * P * N), slots.data_ptr(),
+                     y.data_ptr(), H * P)
+        return y
 
     def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
         # the pool's records are contiguous and a record or more apart: InputChecks holds it to the contract

@@ -45,22 +45,27 @@ class Mamba2TorchImpl(Mamba2Impl):
         x = xbc[:, :DI].view(T, H, P)
         B = xbc[:, DI:DI + G * N].view(T, G, N)
         C = xbc[:, DI + G * N:].view(T, G, N)
-        dts = discretize(dt, weights.dt_bias, spec.dt_min, spec.dt_max)
-        A = weights.A.float()
 
         nd = step.num_decodes
         if nd == T:  # decodes only: the update's output is y
-            y = ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x, dts, A, B, C)
+            y = self._decodes(step, x, dt, weights, B, C, ssm_pool)
         else:
             y = torch.empty(T, H, P, dtype=torch.float32, device=xBC.device)
             if nd:
-                y[:nd] = ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x[:nd], dts[:nd], A, B[:nd],
-                                     C[:nd])
-        if step.prefills:
-            self._prefills(step, x, dts, A, B, C, ssm_pool, y)
+                y[:nd] = self._decodes(step, x[:nd], dt[:nd], weights, B[:nd], C[:nd], ssm_pool)
+            # every row's, so that the prefills index dts by token as they index x
+            dts = discretize(dt, weights.dt_bias, spec.dt_min, spec.dt_max)
+            self._prefills(step, x, dts, weights.A.float(), B, C, ssm_pool, y)
         return self._output(y, x, z, weights, xBC.dtype)
 
     # The parts ``mamba2_cpu`` replaces with its C kernels where they serve.
+    def _decodes(self, step, x, dt, weights, B, C, ssm_pool) -> torch.Tensor:
+        """The decode rows' state update, records in their slots: y [num_decodes, H, P] without the D skip.
+        dt is the rows' raw dt (before dt_bias, softplus and the clamp)."""
+        spec = self.spec
+        dts = discretize(dt, weights.dt_bias, spec.dt_min, spec.dt_max)
+        return ssd_decode(ssm_pool, step.decode_slots, step.decode_range, x, dts, weights.A.float(), B, C)
+
     def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
         """silu(causal conv) of every token, the conv states read and written in their slots."""
         if xBC.dtype in (torch.bfloat16, torch.float16):
