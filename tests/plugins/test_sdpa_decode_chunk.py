@@ -59,5 +59,6 @@ def test_the_option_sets_how_many_decodes_share_a_gather_and_changes_no_output()
 def test_the_kit_passes_on_the_smallest_workspace():
     report = run_suite("sdpa", "cpu", ["float32"], options={"decode_chunk_mib": 1})
     assert report.options == {"decode_chunk_mib": 1}
-    assert report.ok and {r.status for r in report.results} == {"pass"}, [r for r in report.results
-                                                                          if r.status != "pass"]
+    # sdpa declares capture "never": the kit's capture cases are skipped, every other case passes
+    assert report.ok and all(r.status == "pass" or (r.status == "skip" and r.case.startswith("capture_"))
+                             for r in report.results), [r for r in report.results if r.status != "pass"]
