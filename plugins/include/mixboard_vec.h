@@ -81,4 +81,64 @@ INLINE vec lane_sums(const vec r[LANES]) {
     return SHUFFLE(w, w, 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
 }
 
+/* Sixteen records of `keep` floats each, back to back at p (lane j's record at p + j * keep), as `keep`
+ * vectors: lane j of out[k] is p[j * keep + k]; put_interleaved is the converse. A conv keeps each
+ * channel's window so, and reads sixteen channels' windows at a time. The floats are shuffled across
+ * the keep vectors that hold them: copied one by one through a buffer and read back as a vector, the
+ * wide load would wait for sixteen narrow stores it cannot be forwarded from. */
+#if defined(__clang__)
+INLINE void load_interleaved(const float *p, vec out[], const long keep) {
+    for (long k = 0; k < keep; k++) {
+        float t[LANES];
+        for (long j = 0; j < LANES; j++) t[j] = p[j * keep + k];
+        out[k] = load(t);
+    }
+}
+
+INLINE void put_interleaved(float *p, const vec in[], const long keep) {
+    for (long k = 0; k < keep; k++) {
+        float t[LANES];
+        put(t, in[k]);
+        for (long j = 0; j < LANES; j++) p[j * keep + k] = t[j];
+    }
+}
+#else
+#define LANE_INDEX ((ivec){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+
+INLINE void load_interleaved(const float *p, vec out[], const long keep) {
+    if (keep == 1) {
+        out[0] = load(p);
+        return;
+    }
+    for (long k = 0; k < keep; k++) {
+        const ivec at = LANE_INDEX * (int)keep + (int)k;  /* lane j's float: vector at / 16, lane at % 16 */
+        vec t = __builtin_shuffle(load(p), load(p + LANES), at);  /* right where at < 32; indices are mod 32 */
+        for (long v = 2; v < keep; v++) {
+            const ivec here = (at >> 4) == (int)v;
+            t = __builtin_shuffle(t, load(p + v * LANES), (here & ((at & 15) + 16)) | (~here & LANE_INDEX));
+        }
+        out[k] = t;
+    }
+}
+
+INLINE void put_interleaved(float *p, const vec in[], const long keep) {
+    if (keep == 1) {
+        put(p, in[0]);
+        return;
+    }
+    for (long v = 0; v < keep; v++) {
+        const ivec at = LANE_INDEX + (int)(v * LANES);  /* the float each lane of vector v holds: record, then k */
+        /* at / keep in float: (at + 0.5) / keep is at least 0.5 / keep from an integer, far past rounding */
+        const ivec record = __builtin_convertvector((__builtin_convertvector(at, vec) + 0.5f) * (1.0f / keep), ivec);
+        const ivec k = at - record * (int)keep;
+        vec t = in[0];
+        for (long m = 0; m < keep; m++) {
+            const ivec here = k == (int)m;
+            t = __builtin_shuffle(t, in[m], (here & (record + 16)) | (~here & LANE_INDEX));
+        }
+        put(p + v * LANES, t);
+    }
+}
+#endif
+
 #endif

@@ -201,6 +201,19 @@ def test_decodes_update_scattered_records_of_pools_in_pages_in_place(monkeypatch
     assert pages.changed() is None
 
 
+@pytest.mark.parametrize("d_conv", [2, 3, 5, 8])
+def test_conv_windows_of_every_width_match_the_oracle(d_conv):
+    """The conv reads and writes sixteen channels' windows at a time, shuffled out of and back into
+    their records (mixboard_vec.h's load_interleaved): every width the kernel takes, channels off its
+    16 lanes too, decodes and prefills continuing from their windows."""
+    query, context, slots = [1, 1, 1, 7, 20], [3, 9, 2, 5, 1], [4, 1, 10, 0, 7]
+    for spec in (small_spec(d_conv=d_conv), small_spec(d_conv=d_conv, num_heads=3, head_dim=20, d_state=5, n_groups=1)):
+        got, want, ours, theirs = against_oracle(spec, query, context, slots, seed=d_conv)
+        assert_close(got, want, atol=2e-5, rtol=0)
+        for pool in ours:
+            assert_close(ours[pool], theirs[pool], atol=2e-5, rtol=0)
+
+
 def test_listed_with_reasons_where_it_cannot_serve():
     cpu = simulate("cpu")
     spec = SPECS["groups"]

@@ -298,11 +298,15 @@ INLINE void conv_width(const conv_args *a, long i, long c0, const long W) {
         vec w[MAX_WIDTH], window[MAX_WIDTH];  /* window[k]: the input keep - k tokens back */
         for (long k = 0; k < W; k++) w[k] = load_n(a->wt + k * a->D + c, cc);
         const vec b = a->bias ? load_n(a->bias + c, cc) : splat(0.0f);
-        for (long k = 0; k < keep; k++) {
-            float t[LANES] = {0};
-            if (context)
-                for (long j = 0; j < cc; j++) t[j] = state[(c + j) * keep + k];
-            window[k] = load(t);
+        if (context && cc == LANES) {
+            load_interleaved(state + c * keep, window, keep);
+        } else {
+            for (long k = 0; k < keep; k++) {
+                float t[LANES] = {0};
+                if (context)
+                    for (long j = 0; j < cc; j++) t[j] = state[(c + j) * keep + k];
+                window[k] = load(t);
+            }
         }
         for (long t = first; t < end; t++) {
             const vec v = load_n(a->x + t * a->ldx + c, cc);
@@ -312,10 +316,14 @@ INLINE void conv_width(const conv_args *a, long i, long c0, const long W) {
             if (keep) window[keep - 1] = v;
             put_n(a->out + t * a->ldo + c, silu(acc), cc);
         }
-        for (long k = 0; k < keep; k++) {
-            float t[LANES];
-            put(t, window[k]);
-            for (long j = 0; j < cc; j++) state[(c + j) * keep + k] = t[j];
+        if (cc == LANES) {
+            put_interleaved(state + c * keep, window, keep);
+        } else {
+            for (long k = 0; k < keep; k++) {
+                float t[LANES];
+                put(t, window[k]);
+                for (long j = 0; j < cc; j++) state[(c + j) * keep + k] = t[j];
+            }
         }
     }
 }
