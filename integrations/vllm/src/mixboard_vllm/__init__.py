@@ -2,8 +2,9 @@
 backends mixboard's registry plans for them.
 
 ``register()`` is the ``vllm.general_plugins`` entry point; vLLM calls it once in each of its
-processes (LLM/API, engine core, workers) before it builds a model. It only registers class
-paths: the plan is made in each worker once the model exists (plan.py).
+processes (LLM/API, engine core, workers) before it builds a model. It registers class paths
+and the op the taken-over layers call (ops.py), and hooks the building of mixer layers; the plan
+is made in each worker once the model exists (plan.py).
 
 Off switch: ``MIXBOARD_VLLM=0``. Outside the supported vLLM range (version.py) it says so in
 one line and leaves vLLM untouched, or raises under ``MIXBOARD_STRICT_PLUGINS=1``.

@@ -85,8 +85,7 @@ class MixboardAttentionBuilder(GroupsBuilder):
                                f"block_size={need * max(1, self.block_size // need)} (--block-size)")
 
     def build(self, common_prefix_len: int, common_attn_metadata, fast_build: bool = False) -> StepMeta:
-        return self.finish(build_step(to_common(common_attn_metadata, self.block_size, paged=True), self.groups,
-                                      self.builders))
+        return build_step(to_common(common_attn_metadata, self.block_size, paged=True), self.groups, self.builders)
 
 
 def attention_spec(name: str, layer):

@@ -1,6 +1,6 @@
 """What every mixboard metadata builder inside vLLM shares: decodes first (mixboard's order), the
-plan groups of the layers vLLM gave it, and the groups' own builders; how far vLLM may capture
-them in CUDA graphs is graphs.py's."""
+plan groups of the layers vLLM gave it, and the groups' own builders. vLLM captures none of them
+in CUDA graphs (``NEVER``): graphs.py says why."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from vllm.v1.attention.backend import AttentionCGSupport, AttentionMetadataBuilder
 
-from . import compat, graphs
+from . import compat
 from .batch import StepMeta
 from .plan import process_plan
 
@@ -22,13 +22,3 @@ class GroupsBuilder(AttentionMetadataBuilder[StepMeta]):
         self.plan = process_plan(vllm_config)
         self.groups = sorted({self.plan.layer(n).group for n in layer_names})
         self.builders = self.plan.builders
-        captured = graphs.reported_level(self.plan.plan) != graphs.NEVER
-        self.finish = graphs.Persistent() if captured else _as_built
-
-    @classmethod
-    def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
-        return compat.cudagraph_support(graphs.reported_level(process_plan(vllm_config).plan))
-
-
-def _as_built(step: StepMeta) -> StepMeta:
-    return step

@@ -136,6 +136,13 @@ def current_vllm_config():
     return get_current_vllm_config()
 
 
+def current_vllm_config_or_none():
+    """The config vLLM is building a model under, or None (a layer made outside vLLM's model loading)."""
+    from vllm.config.vllm import get_current_vllm_config_or_none
+
+    return get_current_vllm_config_or_none()
+
+
 def rank_world() -> tuple[int, int]:
     from vllm.distributed.parallel_state import get_world_group, model_parallel_is_initialized
 
@@ -182,25 +189,38 @@ def base_mamba_kv_cache_spec(layer, vllm_config):
 OP_LIBRARY = "mixboard_vllm"  # torch.ops.mixboard_vllm.*
 ATTENTION_OP = "vllm::unified_attention_with_output"  # Attention.forward's op, which calls our impl
 _library = None  # torch's Library must outlive its ops
+_defined: dict[str, bool] = {}  # op name -> whether it breaks CUDA-graph capture (breakable graphs)
 
 
 def register_op(name: str, fn, *, mutates: list[str], fake) -> None:
     """Register ``fn`` as ``mixboard_vllm::name`` for this platform's dispatch key with vLLM's own
-    helper (utils/torch_utils.py:1068), as vLLM registers its mixer ops. Where vLLM breaks CUDA
-    graphs at such ops while capturing (compilation/breakable_cudagraph.py), the op breaks them too."""
+    helper (utils/torch_utils.py:1068), as vLLM registers its mixer ops; once per process. Where
+    vLLM breaks CUDA graphs at such ops while capturing (compilation/breakable_cudagraph.py: the
+    wrapper reads VLLM_USE_BREAKABLE_CUDAGRAPH as it wraps), the op breaks them too."""
     global _library
+    if name in _defined:
+        return
     from torch.library import Library
+    from vllm.compilation.breakable_cudagraph import eager_break_during_capture, is_breakable_cudagraph_enabled
     from vllm.utils.torch_utils import direct_register_custom_op
 
-    try:
-        from vllm.compilation.breakable_cudagraph import eager_break_during_capture
-
-        fn = eager_break_during_capture(fn)
-    except ImportError:
-        pass
+    breaks = is_breakable_cudagraph_enabled()
     if _library is None:
         _library = Library(OP_LIBRARY, "FRAGMENT")
-    direct_register_custom_op(op_name=name, op_func=fn, mutates_args=mutates, fake_impl=fake, target_lib=_library)
+    direct_register_custom_op(op_name=name, op_func=eager_break_during_capture(fn), mutates_args=mutates,
+                              fake_impl=fake, target_lib=_library)
+    _defined[name] = breaks
+
+
+def op_breaks_graphs(name: str) -> bool:
+    """Whether the op was registered to break a breakable CUDA-graph capture."""
+    return _defined.get(name, False)
+
+
+def breakable_graphs() -> bool:
+    from vllm.compilation.breakable_cudagraph import is_breakable_cudagraph_enabled
+
+    return is_breakable_cudagraph_enabled()
 
 
 def forward_context_layer(name: str):
@@ -221,11 +241,11 @@ def split_graph_at(qualified_op: str) -> None:
 
 
 def graph_splits(vllm_config) -> tuple[bool, list[str]]:
-    """(does vLLM capture piecewise graphs between splitting ops here, the splitting ops)."""
-    from vllm.config.compilation import CompilationMode, CUDAGraphMode
-
+    """(does vLLM capture piecewise CUDA graphs between splitting ops here, the splitting ops).
+    Full graphs (FULL, FULL_DECODE_ONLY) are vLLM's to refuse: the builders say NEVER."""
     cc = vllm_config.compilation_config
-    piecewise = cc.mode == CompilationMode.VLLM_COMPILE and cc.cudagraph_mode not in (None, CUDAGraphMode.NONE)
+    mode = cc.cudagraph_mode
+    piecewise = mode is not None and mode.has_piecewise_cudagraphs()
     return piecewise, list(cc.splitting_ops or [])
 
 
@@ -246,16 +266,7 @@ def mark_compile_cache(vllm_config, marker: str) -> bool:
 
     extra = vllm_config.additional_config
     if isinstance(extra, dict):
-        extra.setdefault("mixboard_vllm", marker)
+        extra["mixboard_vllm"] = marker
         return True
     return not compiles(vllm_config) or bool(envs.VLLM_DISABLE_COMPILE_CACHE)
 
-
-def cudagraph_support(level: str):
-    """mixboard's capture level (mixboard.capture) as vLLM's AttentionCGSupport
-    (v1/attention/backend.py:554): a batch of decodes of one token each, or any batch."""
-    from mixboard.capture import ANY, UNIFORM_DECODE
-    from vllm.v1.attention.backend import AttentionCGSupport
-
-    return {UNIFORM_DECODE: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE,
-            ANY: AttentionCGSupport.ALWAYS}.get(level, AttentionCGSupport.NEVER)

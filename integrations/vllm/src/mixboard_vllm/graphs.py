@@ -1,32 +1,21 @@
-"""How far vLLM may capture mixboard's layers in CUDA graphs, and keeping a captured step's
-metadata in the tensors the graph reads.
+"""How far vLLM may capture mixboard's layers in CUDA graphs.
 
 Each backend declares how far its forward may be captured (``Backend.capture``, checked by the
-conformance kit: ``mixboard.capture``). vLLM asks each metadata builder class once
-(``get_cudagraph_support``); the answer is the weakest declaration among the backends the
-process's plan runs, in either phase.
+conformance kit: ``mixboard.capture``); ``planned_level`` is the weakest declaration among the
+backends the process's plan runs, in either phase, and the plan's log line shows it.
 
-Not verified on a GPU yet (docs/vllm.md, "CUDA and CUDA graphs"): until it is, the declared level
-reaches vLLM only with ``MIXBOARD_VLLM_CUDA_GRAPHS=1``, and every builder says ``never``
-otherwise, so that vLLM runs mixboard's layers eagerly between its graphs. Where it does reach
-vLLM, the builders keep one step's metadata per batch shape and copy each new step's values into
-it (``Persistent``), as a replayed graph needs.
+vLLM is told NEVER whatever the backends declare (builder.py), so it runs mixboard's layers
+eagerly between its graphs. Its full graphs do not yet fit mixboard's step contract, as vLLM 0.32
+builds them (v1/worker/gpu_model_runner.py): the capture run's dummy decodes have no context (so
+they are prefills to mixboard), a padded batch has requests of no tokens and PAD slots (-1) that
+a backend would write through, and UNIFORM_SINGLE_TOKEN_DECODE also replays batches of one-token
+fresh prompts, which mixboard's "uniform_decode" does not promise. Translating those is the
+integration's work, to be done and verified on a GPU (docs/vllm.md, "CUDA and CUDA graphs").
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
-from mixboard.capture import NEVER, refill, weakest
-
-from .errors import StartupError
-
-SWITCH = "MIXBOARD_VLLM_CUDA_GRAPHS"
-
-
-def enabled() -> bool:
-    return os.environ.get(SWITCH, "0") == "1"
+from mixboard.capture import NEVER, weakest
 
 
 def planned_level(plan) -> str:
@@ -37,27 +26,3 @@ def planned_level(plan) -> str:
         if layer.decode_selection is not None:
             backends.append(layer.decode_selection.backend)
     return weakest(getattr(b, "capture", NEVER) for b in backends)
-
-
-def reported_level(plan) -> str:
-    """What the builders tell vLLM: the planned level where the switch is on, else never."""
-    return planned_level(plan) if enabled() else NEVER
-
-
-class Persistent:
-    """One recorded step metadata per batch shape (sequences, tokens): a new step's values are
-    copied into it, so that a graph captured with it reads them. Only where graphs may be captured."""
-
-    def __init__(self):
-        self._recorded: dict[tuple[int, int], Any] = {}
-
-    def __call__(self, step) -> Any:
-        key = (step.common.num_seqs, step.common.num_tokens)
-        recorded = self._recorded.setdefault(key, step)
-        if recorded is step:
-            return step
-        problems = refill(recorded.metas, step.metas) + refill(recorded.common, step.common)
-        if problems:
-            raise StartupError(f"mixboard-vllm: a step's metadata cannot replace the one a CUDA graph was "
-                               f"captured with ({'; '.join(problems[:3])}); unset {SWITCH}")
-        return recorded

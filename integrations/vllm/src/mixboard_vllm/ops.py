@@ -45,9 +45,14 @@ def mixer(projected: torch.Tensor, output: torch.Tensor, layer_name: str) -> Non
 def check_graph_splits(vllm_config, kinds: set[str]) -> None:
     """Where vLLM captures piecewise CUDA graphs, every mixboard call must be a splitting op, or
     its backend would be replayed from a graph it never said it could live in. vLLM's default
-    splitting ops include both (compat.split_graph_at); a user's own list may leave them out."""
+    splitting ops include both (compat.split_graph_at); a user's own list may leave them out.
+    Breakable CUDA graphs (VLLM_USE_BREAKABLE_CUDAGRAPH) break at ops wrapped for it when they
+    were registered: one registered before the switch was set would be captured."""
     from .errors import StartupError
 
+    if kinds - {"attention"} and compat.breakable_graphs() and not compat.op_breaks_graphs(NAME):
+        raise StartupError(f"mixboard-vllm: VLLM_USE_BREAKABLE_CUDAGRAPH was set after {QUALIFIED} was registered, "
+                           "so vLLM would capture mixboard's backends in its graphs; set it before vLLM starts")
     piecewise, splits = compat.graph_splits(vllm_config)
     if not piecewise:
         return
@@ -56,7 +61,7 @@ def check_graph_splits(vllm_config, kinds: set[str]) -> None:
         need.add(compat.ATTENTION_OP)
     missing = sorted(need - set(splits))
     if missing:
-        raise StartupError(f"mixboard-vllm: vLLM captures CUDA graphs between its splitting ops, and "
-                           f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not among them "
-                           f"(compilation_config.splitting_ops={splits}): mixboard's backends would be replayed "
-                           "from captured graphs; add them, leave splitting_ops unset, or set cudagraph_mode=NONE")
+        raise StartupError(f"mixboard-vllm: vLLM captures CUDA graphs between its splitting ops, and mixboard's "
+                           f"layers must run between them: add {' and '.join(missing)} to "
+                           f"compilation_config.splitting_ops (now {splits}), leave splitting_ops unset, or set "
+                           "cudagraph_mode to NONE")

@@ -12,7 +12,7 @@ import re
 import time
 from typing import Any
 
-from . import compat, ops, ranks, state, table
+from . import compat, graphs, ops, ranks, state, table
 from .errors import StartupError
 
 _PLAN: "ProcessPlan | None" = None
@@ -54,7 +54,8 @@ def on_layer_built(layer) -> None:
     builds a model: refuse a layer mixboard would not run, and keep vLLM from reusing a model it
     compiled without mixboard (or with it, once it is off)."""
     refuse_foreign(layer)
-    if not compat.mark_compile_cache(compat.current_vllm_config(), COMPILE_CACHE_MARKER):
+    config = compat.current_vllm_config_or_none()
+    if config is not None and not compat.mark_compile_cache(config, COMPILE_CACHE_MARKER):
         raise refused(StartupError(
             "mixboard-vllm: this platform's additional_config cannot carry mixboard's mark, so vLLM could load a "
             "model it compiled without mixboard; set VLLM_DISABLE_COMPILE_CACHE=1 or enforce_eager=True"))
@@ -144,9 +145,11 @@ class ProcessPlan:
                 if lp.split:
                     impl = SplitImpl(impl, self._impl(lp.decode_selection, lp), registry.kind(lp.kind).row_inputs)
                 self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, impl, gid, group.state_spec)
-        init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms):\n%s",
-                 self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
-                 len(self.plan.groups), (time.perf_counter() - t0) * 1e3, table.render(self.plan))
+        init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms; the "
+                        "backends may be captured: %s, vLLM is told never):\n%s",
+                        self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
+                        len(self.plan.groups), (time.perf_counter() - t0) * 1e3, graphs.planned_level(self.plan),
+                        table.render(self.plan))
 
     def _builder(self, selection, spec):
         """A backend's builder, with the plan's values of its options (build_builder)."""

@@ -14,7 +14,7 @@ class MixboardSlotsBuilder(GroupsBuilder):
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False) -> StepMeta:
         slots = compat.state_slots(common_attn_metadata, self.kv_cache_spec, self.vllm_config)
         common = to_common(common_attn_metadata, 1, paged=False, slots=slots)
-        return self.finish(build_step(common, self.groups, self.builders))
+        return build_step(common, self.groups, self.builders)
 
 
 class MixboardSlotsBackend(AttentionBackend):

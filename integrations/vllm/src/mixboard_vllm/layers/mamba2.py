@@ -21,8 +21,6 @@ class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
         self._norm_outside = not self.use_rms_norm or self.norm.n_groups % self.tp_size != 0
         self._mixboard_init([why for why, present in (
             (f"activation {self.activation}", self.activation != "silu"),
-            (f"n_groups {self.n_groups} not divisible by tensor parallel size {self.tp_size}",
-             self.n_groups % self.tp_size != 0),
             ("speculative decoding", bool(self.num_spec) or bool(getattr(self, "use_replayssm", False))),
         ) if present])
 
