@@ -49,32 +49,42 @@ INLINE float step_size(const decode_args *a, long i, long h) {
     return fminf(fmaxf(dt, a->dt_min), a->dt_max);
 }
 
+/* State rows [p0, p0 + rows) of one (row, head): each updated and read against C while in registers,
+ * then the rows' sums across lanes at once. rows is LANES (a constant: the sums stay in registers) but
+ * for the last rows of a head_dim off the lanes, whose missing rows sum to zero. */
+INLINE void rows_n(float *restrict S, const float *restrict x, const float *restrict B, const float *restrict C,
+                   float dt, float decay, float *restrict y, long p0, const long rows, const long N) {
+    vec read[LANES];
+    for (long k = 0; k < LANES; k++) {
+        if (k >= rows) {
+            read[k] = splat(0.0f);
+            continue;
+        }
+        float *row = S + (p0 + k) * N;
+        const float u = dt * x[p0 + k];
+        vec acc = {0};
+        for (long m = 0; m < N; m += LANES) {
+            const long cm = N - m < LANES ? N - m : LANES;
+            const vec s = load_n(row + m, cm) * decay + u * load_n(B + m, cm);
+            put_n(row + m, s, cm);
+            acc += s * load_n(C + m, cm);
+        }
+        read[k] = acc;
+    }
+    put_n(y + p0, lane_sums(read), rows);
+}
+
 /* One (row, head). N a constant where head() instantiates it: a row of the state is then a fixed number
  * of vectors, and B and C stay in registers across the rows (restrict: the state writes cannot change them). */
 INLINE void head_n(const decode_args *a, long i, long h, const long N) {
     const long P = a->P, g = h / (a->H / a->G);
     const float dt = step_size(a, i, h), decay = expf(dt * a->A[h]);
-    const float *restrict x = a->x + i * a->ldx + h * P;
-    const float *restrict B = a->B + i * a->ldbc + g * N, *restrict C = a->C + i * a->ldbc + g * N;
-    float *restrict S = a->ssm + a->slots[i] * a->ssm_stride + h * P * N;
-    float *restrict y = a->y + i * a->ldy + h * P;
-    for (long p0 = 0; p0 < P; p0 += LANES) {
-        const long rows = P - p0 < LANES ? P - p0 : LANES;
-        vec read[LANES] = {{0}};  /* rows past P stay zero: lane_sums then needs no edge case */
-        for (long k = 0; k < rows; k++) {
-            float *row = S + (p0 + k) * N;
-            const float u = dt * x[p0 + k];
-            vec acc = {0};
-            for (long m = 0; m < N; m += LANES) {
-                const long cm = N - m < LANES ? N - m : LANES;
-                const vec s = load_n(row + m, cm) * decay + u * load_n(B + m, cm);
-                put_n(row + m, s, cm);
-                acc += s * load_n(C + m, cm);
-            }
-            read[k] = acc;
-        }
-        put_n(y + p0, lane_sums(read), rows);
-    }
+    const float *x = a->x + i * a->ldx + h * P;
+    const float *B = a->B + i * a->ldbc + g * N, *C = a->C + i * a->ldbc + g * N;
+    float *S = a->ssm + a->slots[i] * a->ssm_stride + h * P * N, *y = a->y + i * a->ldy + h * P;
+    long p0 = 0;
+    for (; p0 + LANES <= P; p0 += LANES) rows_n(S, x, B, C, dt, decay, y, p0, LANES, N);
+    if (p0 < P) rows_n(S, x, B, C, dt, decay, y, p0, P - p0, N);
 }
 
 /* The usual d_state as constants, any other as it comes. */
