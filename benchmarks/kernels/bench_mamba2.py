@@ -13,11 +13,27 @@ states carried, no recomputation), ours through the state pools. float32,
 torch.set_num_threads(2) unless --threads; the fastest of the repeats is
 reported, and the outputs of the two are compared so a fast wrong answer
 cannot pass.
+
+    python benchmarks/kernels/bench_mamba2.py --cpu-decode [--rounds 15] [--threads 1]
+
+measures instead ``mamba2_cpu``'s decode step as an engine runs it: 16
+sequences whose slots are scattered over pools laid in larger pages (vLLM's
+hybrid cache, ``stride(0)`` past a record: the conformance kit's pages),
+z, xBC and dt as strided column slices of one in_proj output. Its decodes'
+state update in C (``_decode.c``, in place) against the same backend with
+``mamba2_torch``'s update (``ssd_decode``: index_select, three passes,
+index_copy_), the update ``mamba2_cpu`` ran before ``_decode.c``; both
+sides run the same conv and gated-norm kernels. Alternating in rounds on
+equal states, outputs compared; per-call medians of each round, reported
+as the median and range over rounds, with the load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
+import statistics
 import time
 
 import torch
@@ -31,6 +47,7 @@ from mixboard import CommonBatchMetadata, Mamba2Spec, Mamba2Weights, simulate
 from mixboard.kinds.mamba2 import mamba2_state
 from mixboard.ops.checks import build_impl
 from mixboard.testing import allocate_state
+from mixboard.testing.conformance.pages import allocate_in_pages
 from mixboard_mamba2.torch_backend import Mamba2Torch
 
 HIDDEN, EXPAND, HEAD_DIM, D_STATE, N_GROUPS, D_CONV, CHUNK = 1024, 2, 64, 128, 1, 4, 256
@@ -129,12 +146,84 @@ def bench_decode(mixer, config, ours, repeats: int, batch: int = 16, prompt: int
     return timed(ours, lambda: mixer(token, cache=cache), token, state, decode_meta, repeats), batch, err
 
 
+CPU_DECODE_SHAPES = {  # name: (heads, head_dim, d_state, n_groups)
+    "vLLM profile (GraniteMoeHybrid, hidden 256)": (8, 64, 16, 1),
+    "runner ~40 M mamba2 (hidden 512)": (16, 64, 64, 1),
+    "this file's shape (hidden 1024)": (32, 64, 128, 1),
+}
+
+
+def bench_cpu_decode(shape, rounds: int, batch: int = 16, records: int = 64, reps: int = 50):
+    """mamba2_cpu's decode step, its state update in C against mamba2_torch's (see the docstring)."""
+    from mixboard_mamba2.cpu_backend import Mamba2Cpu
+    from mixboard_mamba2.torch_impl import Mamba2TorchImpl
+
+    H, P, N, G = shape
+    spec = Mamba2Spec(num_heads=H, head_dim=P, d_state=N, n_groups=G, d_conv=D_CONV)
+    gen = torch.Generator().manual_seed(0)
+    weights = Mamba2Weights(conv_weight=torch.randn(spec.conv_dim, D_CONV, generator=gen) * 0.3,
+                            conv_bias=torch.randn(spec.conv_dim, generator=gen) * 0.1,
+                            dt_bias=torch.randn(H, generator=gen) * 0.5 - 2.0,
+                            A=-torch.exp(torch.rand(H, generator=gen) * 2.0), D=torch.randn(H, generator=gen),
+                            norm_weight=1.0 + 0.1 * torch.randn(spec.d_inner, generator=gen))
+    proj = torch.randn(batch, spec.d_inner + spec.conv_dim + H, generator=gen)  # one in_proj output, split
+    z, xBC, dt = proj.split([spec.d_inner, spec.conv_dim, H], dim=-1)
+    env = simulate("cpu")
+    slots = random.Random(0).sample(range(records), batch)  # as an engine hands them out: in no order
+    meta = Mamba2Cpu.builder(spec, env)(CommonBatchMetadata.build([1] * batch, [64] * batch, slots, [[]] * batch, 16))
+    after = build_impl(Mamba2Cpu, spec, env, "bench.mixer")
+    before = build_impl(Mamba2Cpu, spec, env, "bench.mixer")
+    before._decodes = Mamba2TorchImpl._decodes.__get__(before)  # mamba2_cpu as it was: mamba2_torch's update
+    states = {}
+    for name in ("before", "after"):
+        states[name], _ = allocate_in_pages(mamba2_state(spec), records, 16, "cpu")
+        for pool in states[name].values():
+            pool.copy_(torch.randn(pool.shape, generator=torch.Generator().manual_seed(1)))
+    impls = {"before": before, "after": after}
+    outs = {name: impls[name].forward(z, xBC, dt, weights, states[name], meta) for name in impls}
+    err = (outs["before"] - outs["after"]).abs().max().item()
+    assert err < 1e-4, f"{shape}: the two updates disagree by {err}"
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for r in range(rounds):
+        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            impl, state, per = impls[name], states[name], []
+            for _ in range(reps):
+                start = time.perf_counter()
+                impl.forward(z, xBC, dt, weights, state, meta)
+                per.append(time.perf_counter() - start)
+            times[name].append(1e6 * statistics.median(per))
+    return times, err
+
+
+def cpu_decode_main(rounds: int) -> None:
+    load = os.getloadavg()[0]
+    print(f"mamba2_cpu decode step, 16 sequences on scattered slots of pools in pages; float32, "
+          f"{torch.get_num_threads()} thread(s), torch {torch.__version__}; {rounds} rounds alternating, "
+          f"each the median of 50 calls; us: median (range over rounds)\n")
+    print("| layer shape | heads x head_dim, d_state, groups | before: mamba2_torch's update | after: _decode.c "
+          "| speed-up | max abs diff |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for name, shape in CPU_DECODE_SHAPES.items():
+        times, err = bench_cpu_decode(shape, rounds)
+        b, a = (statistics.median(times[k]) for k in ("before", "after"))
+        span = {k: f"{min(t):,.0f}-{max(t):,.0f}" for k, t in times.items()}
+        print(f"| {name} | {shape[0]} x {shape[1]}, {shape[2]}, {shape[3]} | {b:,.0f} ({span['before']}) "
+              f"| {a:,.0f} ({span['after']}) | {b / a:.2f}x | {err:.1e} |")
+    print(f"\nload average (1 min): {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="2, or 1 with --cpu-decode (a vLLM worker's)")
+    parser.add_argument("--cpu-decode", action="store_true", help="mamba2_cpu's decode step before/after _decode.c")
+    parser.add_argument("--rounds", type=int, default=15, help="with --cpu-decode")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or (1 if args.cpu_decode else 2))
+    if args.cpu_decode:
+        with torch.inference_mode():
+            cpu_decode_main(args.rounds)
+        return
     torch.manual_seed(0)
     mixer, config = make_mixer()
     ours = Ours(mixer)
