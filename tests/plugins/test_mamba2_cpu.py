@@ -201,6 +201,18 @@ def test_decodes_update_scattered_records_of_pools_in_pages_in_place(monkeypatch
     assert pages.changed() is None
 
 
+def test_without_the_decode_kernel_decodes_run_as_mamba2_torchs(monkeypatch):
+    """A build with _prefill and without _decode: the decodes take mamba2_torch's update, still right."""
+    from mixboard_mamba2 import cpu_impl
+
+    monkeypatch.setattr(cpu_impl, "_decode", None)
+    query, context, slots = [1, 1, 1, 1, 40], [3, 9, 2, 5, 0], [4, 1, 10, 0, 7]
+    got, want, ours, theirs = against_oracle(SPECS["groups"], query, context, slots, seed=8)
+    assert_close(got, want, atol=2e-5, rtol=0)
+    for pool in ours:
+        assert_close(ours[pool], theirs[pool], atol=2e-5, rtol=0)
+
+
 @pytest.mark.parametrize("d_conv", [2, 3, 5, 8])
 def test_conv_windows_of_every_width_match_the_oracle(d_conv):
     """The conv reads and writes sixteen channels' windows at a time, shuffled out of and back into

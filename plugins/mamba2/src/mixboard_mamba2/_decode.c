@@ -75,7 +75,8 @@ INLINE void rows_n(float *restrict S, const float *restrict x, const float *rest
 }
 
 /* One (row, head). N a constant where head() instantiates it: a row of the state is then a fixed number
- * of vectors, and B and C stay in registers across the rows (restrict: the state writes cannot change them). */
+ * of vectors, and B and C stay in registers across the rows (rows_n's restrict: the state writes cannot
+ * change them). */
 INLINE void head_n(const decode_args *a, long i, long h, const long N) {
     const long P = a->P, g = h / (a->H / a->G);
     const float dt = step_size(a, i, h), decay = expf(dt * a->A[h]);
