@@ -201,10 +201,10 @@ def register_op(name: str, fn, *, mutates: list[str], fake) -> None:
     if name in _defined:
         return
     from torch.library import Library
-    from vllm.compilation.breakable_cudagraph import eager_break_during_capture, is_breakable_cudagraph_enabled
+    from vllm.compilation.breakable_cudagraph import eager_break_during_capture
     from vllm.utils.torch_utils import direct_register_custom_op
 
-    breaks = is_breakable_cudagraph_enabled()
+    breaks = breakable_graphs()
     if _library is None:
         _library = Library(OP_LIBRARY, "FRAGMENT")
     direct_register_custom_op(op_name=name, op_func=eager_break_during_capture(fn), mutates_args=mutates,
@@ -269,4 +269,3 @@ def mark_compile_cache(vllm_config, marker: str) -> bool:
         extra["mixboard_vllm"] = marker
         return True
     return not compiles(vllm_config) or bool(envs.VLLM_DISABLE_COMPILE_CACHE)
-
