@@ -27,17 +27,32 @@ CONFIGS = {
         **COMMON, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
         attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16,
         mamba_expand=2, mamba_chunk_size=8, max_position_embeddings=512),
+    # every multiplier away from 1 (each folded into its weights at load); the inner width its own (mamba_d_ssm)
+    "falcon_h1": lambda: transformers.FalconH1Config(
+        **COMMON, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        mamba_d_ssm=96, mamba_n_heads=6, mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=8,
+        max_position_embeddings=512, embedding_multiplier=2.5, lm_head_multiplier=0.4, key_multiplier=0.7,
+        attention_in_multiplier=1.3, attention_out_multiplier=0.8, ssm_in_multiplier=1.2, ssm_out_multiplier=0.6,
+        ssm_multipliers=[0.9, 1.1, 0.7, 1.4, 0.5], mlp_multipliers=[1.2, 0.75]),
+    # the mixer's grouped gated norm (gate, then norm), and the LM head tied to the scaled table
+    "falcon_h1_rms_norm": lambda: transformers.FalconH1Config(
+        **{**COMMON, "tie_word_embeddings": True}, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, mamba_d_ssm=96, mamba_n_heads=6, mamba_d_state=8, mamba_n_groups=2,
+        mamba_chunk_size=8, mamba_rms_norm=True, mamba_norm_before_gate=False, max_position_embeddings=512,
+        embedding_multiplier=2.5, lm_head_multiplier=0.4),
 }
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
-           "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM"}
+           "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM", "falcon_h1": "FalconH1ForCausalLM",
+           "falcon_h1_rms_norm": "FalconH1ForCausalLM"}
+ATTENTION = ("llama", "lfm2", "bamba", "falcon_h1", "falcon_h1_rms_norm")  # made with transformers' eager attention
 
 
 def make_checkpoint(model_type: str, directory: Path, seed: int = 0):
     """Write a random checkpoint; returns the transformers model (eval, float32)."""
     torch.manual_seed(seed)
     config = CONFIGS[model_type]()
-    if model_type in ("llama", "lfm2", "bamba"):
+    if model_type in ATTENTION:
         config._attn_implementation = "eager"
     model = getattr(transformers, CLASSES[model_type])(config).eval()
     with torch.no_grad():  # SSM parameters away from their trivial initial values

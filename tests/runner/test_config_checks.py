@@ -93,6 +93,13 @@ CASES = [
     ("bamba", {"attn_layer_indices": [[1], [3]]}, "'attn_layer_indices' must be a list of layer indices"),
     ("bamba", {"rope_parameters": {**ROPE, "partial_rotary_factor": -0.5}},
      "'rope_parameters.partial_rotary_factor' must be a finite number above 0, not -0.5"),
+    # options the runner does not implement: refused at load, naming the field
+    ("falcon_h1", {"mamba_rms_norm": True, "mamba_norm_before_gate": True},
+     "'mamba_norm_before_gate' is True; mixboard's falcon_h1 serves False with mamba_rms_norm"),
+    ("falcon_h1", {"hidden_act": "gelu"}, "'hidden_act' is 'gelu'; mixboard's falcon_h1 serves 'silu'"),
+    ("falcon_h1", {"ssm_multipliers": [1.0, 1.0]}, "'ssm_multipliers' must be a list of 5 numbers, not [1.0, 1.0]"),
+    ("falcon_h1", {"key_multiplier": "big"}, "'key_multiplier' must be a finite number above 0, not 'big'"),
+    ("falcon_h1", {"mamba_d_ssm": 100}, "mamba_n_heads (6) x mamba_d_head (16) must equal the inner width (100)"),
 ]
 
 

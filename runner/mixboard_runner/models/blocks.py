@@ -1,15 +1,20 @@
-"""The MLP every architecture with one shares: SwiGLU, down(silu(gate(x)) * up(x))."""
+"""Feed-forward blocks and the parallel mixer, shared by the architectures.
+
+An MLP reads no positions and keeps no state, so each takes (and ignores)
+``positions`` and ``step`` as well: it then fits a block's mixer slot, as in
+Nemotron-H, whose MLP layers are blocks of their own."""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from .ops import FusedLinear, Linear, Params
 
 
 class GatedMLP(nn.Module):
-    """gate and up are one gated product (``FusedLinear``), then down. ``names``:
-    the checkpoint's names of (gate, up, down) (llama: gate_proj, up_proj,
+    """SwiGLU, down(silu(gate(x)) * up(x)): gate and up are one gated product (``FusedLinear``),
+    then down. ``names``: the checkpoint's names of (gate, up, down) (llama: gate_proj, up_proj,
     down_proj; LFM2: w1, w3, w2)."""
 
     def __init__(self, layer_name: str, hidden: int, intermediate: int, dtype: str,
@@ -21,5 +26,35 @@ class GatedMLP(nn.Module):
         self.down = Linear(f"{layer_name}.{down_name}", intermediate, hidden, dtype, bias)
         self.renames = {"gate": gate_name, "up": up_name, "down": down_name}
 
-    def forward(self, x):
+    def forward(self, x, positions=None, step=None):
         return self.down(self.gate_up(x))
+
+
+class SquaredReLUMLP(nn.Module):
+    """down(relu(up(x)) ** 2), no gate (Nemotron-H). The square is one elementwise op, left to torch."""
+
+    def __init__(self, layer_name: str, hidden: int, intermediate: int, dtype: str, bias: bool = False):
+        super().__init__()
+        self.up_proj = Linear(f"{layer_name}.up_proj", hidden, intermediate, dtype, bias)
+        self.down_proj = Linear(f"{layer_name}.down_proj", intermediate, hidden, dtype, bias)
+
+    def forward(self, x, positions=None, step=None):
+        return self.down_proj(torch.relu(self.up_proj(x)).square())
+
+
+class ParallelMixers(nn.Module):
+    """Several mixers reading the same normed input, their outputs summed (Falcon-H1's
+    attention beside Mamba-2). ``mixers``: role -> mixer; ``names``: role -> checkpoint name."""
+
+    def __init__(self, mixers: dict[str, nn.Module], names: dict[str, str]):
+        super().__init__()
+        for role, mixer in mixers.items():
+            self.add_module(role, mixer)
+        self.renames = names
+
+    def forward(self, x, positions, step):
+        mixers = iter(self.children())
+        out = next(mixers)(x, positions, step)
+        for mixer in mixers:
+            out = out + mixer(x, positions, step)
+        return out

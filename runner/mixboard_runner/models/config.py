@@ -78,6 +78,15 @@ class ConfigReader:
             return value
         raise ModelError(f"config.json: {key!r} must be {kind.__name__}, not {show(value)}")
 
+    def choice(self, key: str, default, served: tuple, why: str = ""):
+        """A setting the runner serves only some values of: any other is refused here, naming the key."""
+        value = self.opt(key, default, type(default))
+        if value not in served:
+            wanted = " or ".join(map(repr, served))
+            raise ModelError(f"config.json: {key!r} is {show(value)}; mixboard's {self.model_type} serves {wanted}"
+                             f"{why}")
+        return value
+
     def size(self, key: str, default=_REQUIRED, *, low: int = 1, high: int | None = MAX_SIZE):
         """A width, head count or the like: an int in [low, high] (high None: unbounded, for limits
         such as max_position_embeddings that allocate nothing). ``default`` when the key is absent or null."""

@@ -11,16 +11,21 @@ from .ops import Embedding, RMSNorm
 
 
 def mamba2_spec(cfg: ConfigReader, dtype: str, *, heads: str, head_dim: str, d_state: str, groups: str, conv: str,
-                chunk: str, conv_bias: str, expand: str, eps: str) -> Mamba2Spec:
-    """The SSD mixer's spec from the config's keys of these names, every value checked."""
-    hidden = cfg.size("hidden_size")
-    d_inner = cfg.derived(f"{expand} x hidden_size", cfg.number(expand, 2.0) * hidden)
+                chunk: str, conv_bias: str, expand: str, eps: str, d_inner: int | None = None,
+                **fields) -> Mamba2Spec:
+    """The SSD mixer's spec from the config's keys of these names, every value checked. ``d_inner``: where
+    the model sets the inner width itself (Falcon-H1's mamba_d_ssm), else ``expand`` x hidden_size.
+    ``fields``: further spec fields as they are (gated_norm)."""
+    hidden, inner_what = cfg.size("hidden_size"), "the inner width"
+    if d_inner is None:
+        inner_what = f"{expand} x hidden_size"
+        d_inner = cfg.derived(inner_what, cfg.number(expand, 2.0) * hidden)
     num_heads = cfg.size(heads)
     dim = cfg.config.get(head_dim, "auto")
     dim = d_inner // num_heads if dim == "auto" else cfg.size(head_dim)
     if num_heads * dim != d_inner:
         raise ModelError(f"config.json: {heads} ({num_heads}) x {head_dim} ({dim}) must equal "
-                         f"{expand} x hidden_size ({d_inner})")
+                         f"{inner_what} ({d_inner})")
     n_groups, state = cfg.size(groups, 1), cfg.size(d_state)
     cfg.divisible(heads, num_heads, groups, n_groups)
     cfg.derived(f"2 x {groups} x {d_state}", 2 * n_groups * state)
@@ -28,7 +33,7 @@ def mamba2_spec(cfg: ConfigReader, dtype: str, *, heads: str, head_dim: str, d_s
     return cfg.spec(Mamba2Spec, num_heads=num_heads, head_dim=dim, d_state=state, n_groups=n_groups,
                     d_conv=cfg.size(conv, 4, low=2), chunk_size=cfg.size(chunk, 256),
                     conv_bias=cfg.opt(conv_bias, True), norm_eps=cfg.number(eps, 1e-5, zero_ok=True),
-                    dt_min=low, dt_max=high, dtype=dtype)
+                    dt_min=low, dt_max=high, dtype=dtype, **fields)
 
 
 def build(cfg: ConfigReader, dtype: str) -> CausalLM:

@@ -10,6 +10,7 @@ Hugging Face checkpoints, so a state dict loads as is.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mixboard import AttentionSpec, Mamba1Spec, Mamba1Weights, Mamba2Spec, Mamba2Weights, ShortConvSpec, ShortConvWeights
@@ -99,25 +100,30 @@ class Mamba1Layer(MixerLayer):
 
 
 class Mamba2Layer(MixerLayer):
+    """With ``spec.gated_norm`` False the layer has no norm (Falcon-H1 without ``mamba_rms_norm``):
+    the backend returns y before the gate, and the layer gates it, y * silu(z)."""
+
     kind = "mamba2"
 
-    def __init__(self, layer_name: str, hidden: int, spec: Mamba2Spec, *, bias: bool = False):
+    def __init__(self, layer_name: str, hidden: int, spec: Mamba2Spec, *, bias: bool = False,
+                 out_bias: bool | None = None):
         super().__init__(layer_name, spec)
         d, conv_dim, h = spec.d_inner, spec.conv_dim, spec.num_heads
+        out_bias = bias if out_bias is None else out_bias
         self.in_proj = Linear(f"{layer_name}.in_proj", hidden, d + conv_dim + h, spec.dtype, bias)
         self.conv1d = nn.Conv1d(conv_dim, conv_dim, spec.d_conv, groups=conv_dim, bias=spec.conv_bias)
         self.dt_bias = nn.Parameter(torch.ones(h))
         self.A_log = nn.Parameter(torch.zeros(h))
         self.D = nn.Parameter(torch.ones(h))
-        self.norm = GatedNormWeight(d)
-        self.out_proj = Linear(f"{layer_name}.out_proj", d, hidden, spec.dtype, bias)
+        self.norm = GatedNormWeight(d) if spec.gated_norm else None
+        self.out_proj = Linear(f"{layer_name}.out_proj", d, hidden, spec.dtype, out_bias)
         self.weights: Mamba2Weights | None = None
 
     def finalize(self):
         self.weights = Mamba2Weights(
             conv_weight=self.conv1d.weight[:, 0].detach(), conv_bias=_detach(self.conv1d.bias),
             dt_bias=self.dt_bias.detach(), A=-torch.exp(self.A_log.detach().float()).to(self.A_log.dtype),
-            D=self.D.detach(), norm_weight=self.norm.weight.detach(),
+            D=self.D.detach(), norm_weight=None if self.norm is None else self.norm.weight.detach(),
         )
 
     def forward(self, x, positions, step):
@@ -125,7 +131,10 @@ class Mamba2Layer(MixerLayer):
         s = self.spec
         z, xbc, dt = proj.split([s.d_inner, s.conv_dim, s.num_heads], dim=-1)
         impl, state, meta = step.lookup(self.layer_name)
-        return self.out_proj(impl.forward(z, xbc, dt, self.weights, state, meta))
+        y = impl.forward(z, xbc, dt, self.weights, state, meta)
+        if not s.gated_norm:
+            y = y * F.silu(z)
+        return self.out_proj(y)
 
 
 class ShortConvLayer(MixerLayer):

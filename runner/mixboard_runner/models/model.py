@@ -109,7 +109,8 @@ def checkpoint_names(model: nn.Module) -> dict[str, str]:
             names[path + name] = ckpt + name
         renames = module.__dict__.get("renames", {})  # a plain attribute, if the module has one
         for name, child in module.named_children():
-            walk(child, f"{path}{name}.", f"{ckpt}{renames.get(name, name)}.")
+            rename = renames.get(name, name)  # "": the child's tensors sit at its parent's level
+            walk(child, f"{path}{name}.", f"{ckpt}{rename}." if rename else ckpt)
 
     walk(model, "", "")
     return names
