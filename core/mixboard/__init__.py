@@ -17,8 +17,8 @@ from .hookspecs import hookimpl
 from .kinds import (
     ArgmaxImpl, ArgmaxSpec, AttentionImpl, AttentionSpec, EmbeddingImpl, EmbeddingSpec, EmbeddingWeights, Kind,
     LinearImpl, LinearSpec, LinearWeights, Mamba1Impl, Mamba1Spec, Mamba1Weights, Mamba2Impl, Mamba2Spec,
-    Mamba2Weights, MixerSpec, OpImpl, RMSNormImpl, RMSNormSpec, RMSNormWeights, RotaryImpl, RotarySpec,
-    ShortConvImpl, ShortConvSpec, ShortConvWeights,
+    Mamba2Weights, MixerSpec, MoEImpl, MoESpec, MoEWeights, OpImpl, RMSNormImpl, RMSNormSpec, RMSNormWeights,
+    RotaryImpl, RotarySpec, ShortConvImpl, ShortConvSpec, ShortConvWeights,
 )
 from .options import Option, OptionValues
 from .overrides import Overrides
@@ -46,5 +46,5 @@ __all__ = [
     "ShortConvWeights", "Overrides", "Plan", "Registry", "get_registry", "reload_registry", "Selection",
     "StateSpec", "TensorSpec", "OpImpl", "LinearImpl", "LinearSpec", "LinearWeights", "RMSNormImpl", "RMSNormSpec",
     "RMSNormWeights", "RotaryImpl", "RotarySpec", "EmbeddingImpl", "EmbeddingSpec", "EmbeddingWeights",
-    "ArgmaxImpl", "ArgmaxSpec", "Option", "OptionValues",
+    "ArgmaxImpl", "ArgmaxSpec", "MoEImpl", "MoESpec", "MoEWeights", "Option", "OptionValues",
 ]

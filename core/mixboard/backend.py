@@ -66,7 +66,7 @@ class Backend:
         name are both left out).
     kind: the kind served: a mixer kind (attention, mamba1, mamba2,
         short_conv), a dense kind (linear, rms_norm, rotary, embedding,
-        argmax), or a kind a plugin defines.
+        argmax, moe), or a kind a plugin defines.
     priority: int, default 0. Among the backends that pass every check for
         a layer, the highest priority wins; ties break on name. First-party
         values: 100 for a vendor library's kernels (flash_attn,

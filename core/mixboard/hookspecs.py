@@ -42,7 +42,7 @@ def mixboard_kinds():
     """Return new kinds this plugin defines (a list of ``mixboard.Kind``).
 
     The built-in kinds (the mixers attention, mamba1, mamba2, short_conv and
-    the dense linear, rms_norm, rotary, embedding, argmax) live in core;
+    the dense linear, rms_norm, rotary, embedding, argmax, moe) live in core;
     a kind defined here may be served by backends of any plugin. Naming its
     conformance adapter (``"module:NAME"``, imported only when the kit runs)
     lets ``mixboard check`` serve its backends. Example::

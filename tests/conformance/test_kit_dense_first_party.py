@@ -12,8 +12,8 @@ import pytest
 
 from mixboard.kinds import DENSE_KINDS
 from mixboard.testing.conformance import (
-    OP_ADAPTERS, ArgmaxConformance, EmbeddingConformance, LinearConformance, OpAdapter, RMSNormConformance,
-    RotaryConformance, adapter_of, run_suite,
+    OP_ADAPTERS, ArgmaxConformance, EmbeddingConformance, LinearConformance, MoEConformance, OpAdapter,
+    RMSNormConformance, RotaryConformance, adapter_of, run_suite,
 )
 
 
@@ -39,6 +39,11 @@ class TestEmbeddingTorch(EmbeddingConformance):
 
 class TestArgmaxTorch(ArgmaxConformance):
     backend = "argmax_torch"
+    device = "cpu"
+
+
+class TestMoETorch(MoEConformance):
+    backend = "moe_torch"
     device = "cpu"
 
 

@@ -1,8 +1,8 @@
 """The built-in kinds. Plugins add more through the ``mixboard_kinds`` hook.
 
 Mixer kinds keep per-sequence state (attention, mamba1, mamba2, short_conv);
-dense kinds keep none (linear, rms_norm, rotary, embedding, argmax: the
-rest of what a model runs, ``op.py``)."""
+dense kinds keep none (linear, rms_norm, rotary, embedding, argmax, moe:
+the rest of what a model runs, ``op.py``)."""
 
 from .argmax import ARGMAX, ArgmaxImpl, ArgmaxSpec
 from .attention import ATTENTION, AttentionImpl, AttentionSpec
@@ -11,13 +11,14 @@ from .embedding import EMBEDDING, EmbeddingImpl, EmbeddingSpec, EmbeddingWeights
 from .linear import LINEAR, LinearImpl, LinearSpec, LinearWeights
 from .mamba1 import MAMBA1, Mamba1Impl, Mamba1Spec, Mamba1Weights
 from .mamba2 import MAMBA2, Mamba2Impl, Mamba2Spec, Mamba2Weights
+from .moe import MOE, MoEImpl, MoESpec, MoEWeights
 from .op import NO_STATE, OpImpl
 from .rms_norm import RMS_NORM, RMSNormImpl, RMSNormSpec, RMSNormWeights
 from .rotary import ROTARY, RotaryImpl, RotarySpec, rotary_scaling
 from .short_conv import SHORT_CONV, ShortConvImpl, ShortConvSpec, ShortConvWeights
 
 MIXER_KINDS = (ATTENTION, MAMBA1, MAMBA2, SHORT_CONV)
-DENSE_KINDS = (LINEAR, RMS_NORM, ROTARY, EMBEDDING, ARGMAX)
+DENSE_KINDS = (LINEAR, RMS_NORM, ROTARY, EMBEDDING, ARGMAX, MOE)
 BUILTIN_KINDS = MIXER_KINDS + DENSE_KINDS
 _BY_NAME = {kind.name: kind for kind in BUILTIN_KINDS}
 
@@ -39,4 +40,5 @@ __all__ = [
     "ROTARY", "RotaryImpl", "RotarySpec", "rotary_scaling",
     "EMBEDDING", "EmbeddingImpl", "EmbeddingSpec", "EmbeddingWeights",
     "ARGMAX", "ArgmaxImpl", "ArgmaxSpec",
+    "MOE", "MoEImpl", "MoESpec", "MoEWeights",
 ]

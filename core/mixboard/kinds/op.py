@@ -2,7 +2,7 @@
 
 The mixer kinds (attention, mamba1, mamba2, short_conv) keep per-sequence
 state and get the step's metadata. The dense kinds (linear, rms_norm,
-rotary, embedding, argmax) keep none: each op reads its inputs, its own
+rotary, embedding, argmax, moe) keep none: each op reads its inputs, its own
 weights, and nothing else. Their backends are ordinary ``Backend``
 classes, chosen per layer by the same registry, forced by the same rules.
 """

@@ -11,9 +11,11 @@ from importlib import import_module
 
 _ORACLES = ("ORACLES", "AttentionOracle", "Mamba1Oracle", "Mamba2Oracle", "ShortConvOracle", "allocate_state",
             "make_oracle")
-_OP_ORACLES = ("OP_ORACLES", "LinearOracle", "RMSNormOracle", "RotaryOracle", "EmbeddingOracle", "ArgmaxOracle")
+_OP_ORACLES = ("OP_ORACLES", "LinearOracle", "RMSNormOracle", "RotaryOracle", "EmbeddingOracle", "ArgmaxOracle",
+               "MoEOracle")
 _KIT = ("AttentionConformance", "Mamba1Conformance", "Mamba2Conformance", "ShortConvConformance",
         "LinearConformance", "RMSNormConformance", "RotaryConformance", "EmbeddingConformance", "ArgmaxConformance",
+        "MoEConformance",
         "ConformanceSuite", "KindAdapter", "OpAdapter", "OpCall", "conformance_suite", "run_suite")
 
 __all__ = [*_ORACLES, *_OP_ORACLES, *_KIT]

@@ -1,5 +1,5 @@
 """Reference implementations ("oracles") of the dense kinds: linear,
-rms_norm, rotary, embedding, argmax. Each is the executable definition of
+rms_norm, rotary, embedding, argmax, moe. Each is the executable definition of
 its kind: obviously correct, float64 inside, the output cast back to the
 layer's dtype (the residual sum of rms_norm keeps its own). Interfaces as
 the kinds' (``help(mixboard.LinearImpl)``, ...)."""
@@ -10,8 +10,8 @@ import torch
 
 from ..dtypes import torch_dtype
 from ..kinds import (
-    ArgmaxImpl, ArgmaxSpec, EmbeddingImpl, EmbeddingSpec, LinearImpl, LinearSpec, RMSNormImpl, RMSNormSpec, RotaryImpl,
-    RotarySpec,
+    ArgmaxImpl, ArgmaxSpec, EmbeddingImpl, EmbeddingSpec, LinearImpl, LinearSpec, MoEImpl, MoESpec, RMSNormImpl,
+    RMSNormSpec, RotaryImpl, RotarySpec,
 )
 from ..ops.rope import inv_freq
 
@@ -96,5 +96,43 @@ class ArgmaxOracle(_Loaded, ArgmaxImpl):
         return torch.tensor(out, dtype=torch.int64, device=logits.device)
 
 
+class MoEOracle(_Loaded, MoEImpl):
+    """One token at a time: its router logits, its experts chosen in Python, their products summed."""
+
+    spec_type = MoESpec
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self._token(row) for row in x.double()]).to(self.dtype)
+
+    def _token(self, x: torch.Tensor) -> torch.Tensor:
+        spec, w = self.spec, self.weights
+        logits = w.router.double() @ x
+        if w.router_bias is not None:
+            logits = logits + w.router_bias.double()
+        scores = {"softmax_topk": logits.softmax(-1), "topk_softmax": logits, "sigmoid_topk": logits.sigmoid()}[
+            spec.gating]
+        choice = scores if w.selection_bias is None else scores + w.selection_bias.double()
+        values = choice.tolist()
+        # the largest first; of equal values the lower expert index first
+        chosen = sorted(range(spec.num_experts), key=lambda e: (-values[e], e))[:spec.top_k]
+        weights = logits[chosen].softmax(-1) if spec.gating == "topk_softmax" else scores[chosen]
+        if spec.normalize_topk:
+            weights = weights / weights.sum()
+        weights = weights * spec.routed_scaling
+        y = torch.zeros_like(x)
+        for e, weight in zip(chosen, weights):
+            y += weight * self._expert(e, x)
+        return y
+
+    def _expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        h = self.weights.gate_up[e].double() @ x
+        if self.spec.gated:
+            gate, up = h.split(self.spec.intermediate_size)
+            h = torch.nn.functional.silu(gate) * up
+        else:
+            h = torch.relu(h).square()
+        return self.weights.down[e].double() @ h
+
+
 OP_ORACLES = {"linear": LinearOracle, "rms_norm": RMSNormOracle, "rotary": RotaryOracle,
-              "embedding": EmbeddingOracle, "argmax": ArgmaxOracle}
+              "embedding": EmbeddingOracle, "argmax": ArgmaxOracle, "moe": MoEOracle}

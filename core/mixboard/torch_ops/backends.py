@@ -74,6 +74,18 @@ class ArgmaxTorch(_Portable):
         return ArgmaxTorchImpl(spec)
 
 
+class MoETorch(_Portable):
+    name = "moe_torch"
+    kind = "moe"
+    description = "routing in float32; the tokens sorted by expert once, each expert's two products on its rows"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        from .moe import MoETorchImpl
+
+        return MoETorchImpl(spec)
+
+
 # What the entry point registers; a registry made from classes (Registry.from_backends) that runs a
 # model adds these for the dense ops it does not replace.
-PORTABLE_BACKENDS = (LinearTorch, RMSNormTorch, RotaryTorch, EmbeddingTorch, ArgmaxTorch)
+PORTABLE_BACKENDS = (LinearTorch, RMSNormTorch, RotaryTorch, EmbeddingTorch, ArgmaxTorch, MoETorch)

@@ -5,7 +5,8 @@ Three ways in, one set of cases (``cases.py``):
 * pytest base classes a vendor subclasses: ``AttentionConformance``,
   ``Mamba1Conformance``, ``Mamba2Conformance``, ``ShortConvConformance``, the
   dense kinds' ``LinearConformance``, ``RMSNormConformance``,
-  ``RotaryConformance``, ``EmbeddingConformance``, ``ArgmaxConformance``, and
+  ``RotaryConformance``, ``EmbeddingConformance``, ``ArgmaxConformance``,
+  ``MoEConformance``, and
   ``conformance_suite(adapter)`` for a kind a plugin defines (``suites.py``);
 * ``pytest --mixboard-backend NAME``: the whole kit against an installed
   backend, no test file written (``mixboard.testing.pytest_plugin``);
@@ -30,8 +31,8 @@ from .ops import OpAdapter, OpCall
 from .runner import CaseResult, SuiteReport, run_case, run_suite
 from .suites import (
     ArgmaxConformance, AttentionConformance, ConformanceSuite, EmbeddingConformance, LinearConformance,
-    Mamba1Conformance, Mamba2Conformance, RMSNormConformance, RotaryConformance, ShortConvConformance,
-    conformance_suite,
+    Mamba1Conformance, Mamba2Conformance, MoEConformance, RMSNormConformance, RotaryConformance,
+    ShortConvConformance, conformance_suite,
 )
 from .tolerances import DEFAULT_TOLERANCES, tolerance_for
 
@@ -40,5 +41,5 @@ __all__ = [
     "Mamba1Conformance", "Mamba2Conformance", "ShortConvConformance", "SuiteReport", "adapter_of", "conformance_suite",
     "kind_cases", "run_case", "run_suite", "tolerance_for",
     "OP_ADAPTERS", "OpAdapter", "OpCall", "OpCase", "op_cases", "LinearConformance", "RMSNormConformance",
-    "RotaryConformance", "EmbeddingConformance", "ArgmaxConformance", "choice_variants",
+    "RotaryConformance", "EmbeddingConformance", "ArgmaxConformance", "MoEConformance", "choice_variants",
 ]

@@ -11,9 +11,10 @@ import torch
 from ...dtypes import torch_dtype
 from ...kinds.embedding import EmbeddingWeights
 from ...kinds.linear import LinearWeights
+from ...kinds.moe import MoEWeights
 from ...kinds.rms_norm import RMSNormWeights
 from ...kinds.rotary import rotary_scaling
-from ..op_oracles import ArgmaxOracle, EmbeddingOracle, LinearOracle, RMSNormOracle, RotaryOracle
+from ..op_oracles import ArgmaxOracle, EmbeddingOracle, LinearOracle, MoEOracle, RMSNormOracle, RotaryOracle
 from .ops import OpAdapter, OpCall
 
 
@@ -235,4 +236,71 @@ ARGMAX = OpAdapter(
     long_rows=64,  # the oracle walks each row in Python
 )
 
-OP_ADAPTERS: dict[str, OpAdapter] = {a.kind: a for a in (LINEAR, RMS_NORM, ROTARY, EMBEDDING, ARGMAX)}
+
+# --------------------------------------------------------------------------- moe
+
+# Experts 1 and 2 have equal router rows and biases: their logits are equal, exactly, in every case, and
+# wherever the two straddle the k-th place the lower index must win. Exactly: the inputs are multiples of
+# 1/8 and the router's weights multiples of 2^-10, so every logit is exact in float32 whatever the order
+# of its sum; a backend's choice then never differs from the oracle's by rounding, only by its rule.
+TIED = (1, 2)
+
+
+def _dyadic(t: torch.Tensor, step: float) -> torch.Tensor:
+    return torch.round(t / step) * step
+
+
+def _tie(t: torch.Tensor, spec) -> torch.Tensor:
+    if spec.num_experts > TIED[1]:
+        t[TIED[1]] = t[TIED[0]]
+    return t
+
+
+def moe_weights(spec, gen: torch.Generator) -> MoEWeights:
+    e, h, i = spec.num_experts, spec.hidden_size, spec.intermediate_size
+    router = _tie(_dyadic(_randn(gen, e, h, scale=h ** -0.5), 2 ** -10), spec)
+    router_bias = selection_bias = None
+    if spec.router_bias:  # the last expert's bias high: (nearly) every row chooses it
+        router_bias = _tie(_dyadic(_randn(gen, e, scale=0.5), 2 ** -6), spec)
+        router_bias[-1] += 4
+    if spec.selection_bias:
+        selection_bias = _tie(_dyadic(_randn(gen, e, scale=0.2), 2 ** -8), spec)
+    return MoEWeights(router=router, router_bias=router_bias, selection_bias=selection_bias,
+                      # relu2's square grows faster than silu(gate) * up: its inputs a little smaller
+                      gate_up=_randn(gen, e, spec.up_rows, h, scale=(0.7 if spec.gated else 0.5) * h ** -0.5),
+                      down=_randn(gen, e, h, i, scale=i ** -0.5))
+
+
+def moe_rows(spec, rows: int, gen: torch.Generator) -> torch.Tensor:
+    """randn in multiples of 1/8 (exact in every dtype): the router's logits exact in float32."""
+    return _dyadic(_randn(gen, rows, spec.hidden_size), 1 / 8).to(torch_dtype(spec.dtype))
+
+
+MOE = OpAdapter(
+    kind="moe",
+    base=dict(hidden_size=64, num_experts=8, top_k=2, intermediate_size=32),
+    calls=(OpCall("forward(x)", lambda s, t, g, step: {"x": moe_rows(s, t, g)}),),
+    oracle=MoEOracle,
+    weights=moe_weights,
+    shapes=(
+        ("normalized", dict(normalize_topk=True)),  # Mixtral, Qwen
+        ("topk_softmax", dict(gating="topk_softmax")),  # Granite
+        ("sigmoid", dict(gating="sigmoid_topk", activation="relu2", normalize_topk=True, routed_scaling=1.5,
+                         selection_bias=True)),  # Nemotron-H
+        ("relu2", dict(activation="relu2")),
+        ("top1", dict(top_k=1)),
+        ("top_all", dict(top_k=8)),  # every expert gets every row
+        ("router_bias", dict(router_bias=True)),  # one expert gets (nearly) every row
+        ("odd", dict(hidden_size=33, intermediate_size=17, num_experts=5, top_k=3)),  # a kernel's tails
+        ("experts64", dict(num_experts=64, top_k=6)),  # most experts get no row in a step
+        ("hidden512", dict(hidden_size=512, intermediate_size=352, num_experts=16, normalize_topk=True)),
+    ),
+    long_shapes=(
+        ("hidden1024", dict(hidden_size=1024, intermediate_size=256, num_experts=16, top_k=4)),
+        ("experts128", dict(hidden_size=128, intermediate_size=64, num_experts=128, top_k=8, normalize_topk=True)),
+    ),
+    neighbour=dict(top_k=3),
+    long_rows=128,  # the oracle walks each row in Python
+)
+
+OP_ADAPTERS: dict[str, OpAdapter] = {a.kind: a for a in (LINEAR, RMS_NORM, ROTARY, EMBEDDING, ARGMAX, MOE)}

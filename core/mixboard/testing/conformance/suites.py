@@ -145,3 +145,4 @@ RMSNormConformance = conformance_suite(OP_ADAPTERS["rms_norm"], "RMSNormConforma
 RotaryConformance = conformance_suite(OP_ADAPTERS["rotary"], "RotaryConformance")
 EmbeddingConformance = conformance_suite(OP_ADAPTERS["embedding"], "EmbeddingConformance")
 ArgmaxConformance = conformance_suite(OP_ADAPTERS["argmax"], "ArgmaxConformance")
+MoEConformance = conformance_suite(OP_ADAPTERS["moe"], "MoEConformance")
