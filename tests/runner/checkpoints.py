@@ -40,12 +40,17 @@ CONFIGS = {
         num_key_value_heads=2, mamba_d_ssm=96, mamba_n_heads=6, mamba_d_state=8, mamba_n_groups=2,
         mamba_chunk_size=8, mamba_rms_norm=True, mamba_norm_before_gate=False, max_position_embeddings=512,
         embedding_multiplier=2.5, lm_head_multiplier=0.4),
+    # Mamba-2 (norm in two groups), attention, MLP; the last block an MLP
+    "nemotron_h": lambda: transformers.NemotronHConfig(
+        **COMMON, layers_block_type=["linear_attention", "full_attention", "mlp", "linear_attention", "mlp"],
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96, mamba_num_heads=8,
+        mamba_head_dim=16, n_groups=2, ssm_state_size=16, chunk_size=8, max_position_embeddings=512),
 }
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
            "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM", "falcon_h1": "FalconH1ForCausalLM",
-           "falcon_h1_rms_norm": "FalconH1ForCausalLM"}
-ATTENTION = ("llama", "lfm2", "bamba", "falcon_h1", "falcon_h1_rms_norm")  # made with transformers' eager attention
+           "falcon_h1_rms_norm": "FalconH1ForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
+ATTENTION = ("llama", "lfm2", "bamba", "falcon_h1", "falcon_h1_rms_norm", "nemotron_h")  # made with transformers' eager attention
 
 
 def make_checkpoint(model_type: str, directory: Path, seed: int = 0):

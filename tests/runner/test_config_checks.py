@@ -100,6 +100,15 @@ CASES = [
     ("falcon_h1", {"ssm_multipliers": [1.0, 1.0]}, "'ssm_multipliers' must be a list of 5 numbers, not [1.0, 1.0]"),
     ("falcon_h1", {"key_multiplier": "big"}, "'key_multiplier' must be a finite number above 0, not 'big'"),
     ("falcon_h1", {"mamba_d_ssm": 100}, "mamba_n_heads (6) x mamba_d_head (16) must equal the inner width (100)"),
+    ("nemotron_h", {"layers_block_type": ["linear_attention", "moe", "full_attention"]},
+     "'layers_block_type' has routed-expert (moe, 'E') layers, which mixboard's nemotron_h does not serve yet"),
+    ("nemotron_h", {"layers_block_type": DROP, "hybrid_override_pattern": "M*-E"},
+     "'hybrid_override_pattern' has routed-expert (moe, 'E') layers"),
+    ("nemotron_h", {"layers_block_type": DROP, "hybrid_override_pattern": "M*X"},
+     "'hybrid_override_pattern' must be a string of M, *, -, E (or give 'layers_block_type'), not 'M*X'"),
+    ("nemotron_h", {"layers_block_type": ["mamba"]}, "'layers_block_type' must be a list of 'linear_attention' or"),
+    ("nemotron_h", {"mlp_hidden_act": "gelu"}, "'mlp_hidden_act' is 'gelu'; mixboard's nemotron_h serves 'relu2'"),
+    ("nemotron_h", {"n_groups": 3}, "'mamba_num_heads' (8) must be a multiple of 'n_groups' (3)"),
 ]
 
 
