@@ -40,11 +40,14 @@ CONFIGS = {
         num_key_value_heads=2, mamba_d_ssm=96, mamba_n_heads=6, mamba_d_state=8, mamba_n_groups=2,
         mamba_chunk_size=8, mamba_rms_norm=True, mamba_norm_before_gate=False, max_position_embeddings=512,
         embedding_multiplier=2.5, lm_head_multiplier=0.4),
-    # Mamba-2 (norm in two groups), attention, MLP; the last block an MLP
+    # Mamba-2 (norm in two groups), experts, attention, MLP; the last block an MLP
     "nemotron_h": lambda: transformers.NemotronHConfig(
-        **COMMON, layers_block_type=["linear_attention", "full_attention", "mlp", "linear_attention", "mlp"],
+        **COMMON, layers_block_type=["linear_attention", "moe", "full_attention", "mlp", "linear_attention", "moe",
+                                     "mlp"],
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96, mamba_num_heads=8,
-        mamba_head_dim=16, n_groups=2, ssm_state_size=16, chunk_size=8, max_position_embeddings=512),
+        mamba_head_dim=16, n_groups=2, ssm_state_size=16, chunk_size=8, max_position_embeddings=512,
+        n_routed_experts=6, num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
+        routed_scaling_factor=1.5),
 }
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
@@ -62,7 +65,9 @@ def make_checkpoint(model_type: str, directory: Path, seed: int = 0):
     model = getattr(transformers, CLASSES[model_type])(config).eval()
     with torch.no_grad():  # SSM parameters away from their trivial initial values
         for name, p in model.named_parameters():
-            if name.endswith(("dt_bias", ".D")):
+            if name.endswith(("dt_bias", ".D", "e_score_correction_bias")):
                 p.uniform_(-0.5, 0.5)
+            if name.endswith(("router.weight", "gate.weight", "router.layer.weight")) and p.dim() == 2:
+                p.normal_(0, 0.5)  # routers made with zeros would tie every expert
     model.save_pretrained(directory)
     return model

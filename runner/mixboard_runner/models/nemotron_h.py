@@ -4,16 +4,17 @@ each layer one of
     M  Mamba-2 (its gated norm grouped by n_groups, as the mamba2 kind's is)
     *  attention without positional embedding
     -  MLP, down(relu(up(x)) ** 2)
-    E  routed experts (not served yet: refused at load)
+    E  routed experts (relu2, sigmoid routing) beside a shared expert
 
 as ``layers_block_type`` (or the older ``hybrid_override_pattern``) lists them."""
 
 from __future__ import annotations
 
-from mixboard import AttentionSpec
+from mixboard import AttentionSpec, MoESpec
 
 from .blocks import SquaredReLUMLP
 from .config import MAX_LAYERS, ConfigReader, ModelError, check_size, show
+from .experts import MoE, SparseMLP
 from .mamba2 import mamba2_spec
 from .mixers import AttentionLayer, Mamba2Layer
 from .model import Block, CausalLM, ModelInfo, Trunk
@@ -42,13 +43,22 @@ def _key(cfg: ConfigReader, name: str, older: str) -> str:
     return older if name not in cfg.config and older in cfg.config else name
 
 
+def _experts(cfg: ConfigReader, dtype: str) -> MoESpec:
+    n_group = cfg.size("n_group", 1)
+    if cfg.size("topk_group", 1) != n_group:  # choosing among all groups is choosing among all experts
+        cfg.choice("n_group", 1, (1,), " (routing within groups of experts is not the moe kind's)")
+    if cfg.config.get("moe_latent_size") is not None:
+        cfg.choice("moe_latent_size", 0, (None,), " (experts on a latent projection are not served yet)")
+    return cfg.spec(MoESpec, hidden_size=cfg.size("hidden_size"), num_experts=cfg.size("n_routed_experts"),
+                    top_k=cfg.size("num_experts_per_tok"), intermediate_size=cfg.size("moe_intermediate_size"),
+                    activation="relu2", gating="sigmoid_topk", normalize_topk=cfg.opt("norm_topk_prob", True),
+                    routed_scaling=cfg.number("routed_scaling_factor", 1.0), selection_bias=True, dtype=dtype)
+
+
 def build(cfg: ConfigReader, dtype: str) -> CausalLM:
     hidden, eps = cfg.size("hidden_size"), cfg.number("layer_norm_epsilon", 1e-5, zero_ok=True)
     source, types = _layer_types(cfg)
     check_size(f"the number of layers in {source!r}", len(types), high=MAX_LAYERS)
-    if "moe" in types:
-        raise ModelError(f"config.json: {source!r} has routed-expert (moe, 'E') layers, which mixboard's "
-                         "nemotron_h does not serve yet")
     cfg.choice("mlp_hidden_act", "relu2", ("relu2",))
     cfg.choice("mamba_hidden_act", "silu", ("silu",))
     heads = cfg.size("num_attention_heads")
@@ -68,10 +78,15 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
     info = ModelInfo("nemotron_h", cfg.size("vocab_size"), hidden,
                      cfg.size("max_position_embeddings", None, high=None), cfg.eos_ids())
     tie = cfg.opt("tie_word_embeddings", False)
+    experts = _experts(cfg, dtype) if "moe" in types else None
     layers = {
         "linear_attention": lambda name: Mamba2Layer(name, hidden, ssm_spec, bias=bias),
         "full_attention": lambda name: AttentionLayer(name, hidden, attn_spec, None),
         "mlp": lambda name: SquaredReLUMLP(name, hidden, mlp, dtype, bias=mlp_bias),
+        "moe": lambda name: SparseMLP(
+            MoE.per_expert(f"{name}.experts", experts, router="gate", selection_bias="e_score_correction_bias", gate=None),
+            SquaredReLUMLP(f"{name}.shared_experts", hidden, cfg.size("moe_shared_expert_intermediate_size"), dtype,
+                           bias=mlp_bias)),
     }
     blocks = [Block(("norm", "mixer"), RMSNorm(f"backbone.layers.{i}.norm", hidden, eps, dtype),
                     layers[layer_type](f"backbone.layers.{i}.mixer"))
