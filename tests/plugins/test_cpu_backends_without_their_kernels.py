@@ -8,8 +8,8 @@ import importlib.util
 
 import pytest
 
-from mixboard import (ArgmaxSpec, AttentionSpec, EmbeddingSpec, LinearSpec, Mamba1Spec, Mamba2Spec, Registry,
-                      RMSNormSpec, RotarySpec, ShortConvSpec, simulate)
+from mixboard import (ArgmaxSpec, AttentionSpec, EmbeddingSpec, LinearSpec, Mamba1Spec, Mamba2Spec, MoESpec,
+                      Registry, RMSNormSpec, RotarySpec, ShortConvSpec, simulate)
 from mixboard.plugins import load
 
 CASES = [  # (backend module, its compiled module, kind, spec, the portable backend that serves instead)
@@ -26,6 +26,7 @@ CASES = [  # (backend module, its compiled module, kind, spec, the portable back
     ("mixboard_cpu.compiled", "mixboard_cpu._rows", "rms_norm", RMSNormSpec(), "rms_norm_torch"),
     ("mixboard_cpu.compiled", "mixboard_cpu._rows", "rotary", RotarySpec(), "rotary_torch"),
     ("mixboard_cpu.compiled", "mixboard_cpu._rows", "argmax", ArgmaxSpec(), "argmax_torch"),
+    ("mixboard_cpu.compiled", "mixboard_cpu._panels", "moe", MoESpec(), "moe_torch"),
 ]
 
 

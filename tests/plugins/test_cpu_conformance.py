@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from mixboard.testing.conformance import (
-    ArgmaxConformance, EmbeddingConformance, LinearConformance, RMSNormConformance, RotaryConformance,
+    ArgmaxConformance, EmbeddingConformance, LinearConformance, MoEConformance, RMSNormConformance,
+    RotaryConformance,
 )
 from mixboard_cpu.compiled import PANELS, ROWS, kernel_missing
 
@@ -60,4 +61,10 @@ class TestRotaryCpu(RotaryConformance):
 @rows
 class TestArgmaxCpu(ArgmaxConformance):
     backend = "argmax_cpu"
+    device = "cpu"
+
+
+@panels
+class TestMoECpu(MoEConformance):
+    backend = "moe_cpu"
     device = "cpu"

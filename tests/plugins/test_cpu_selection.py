@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from mixboard import (ArgmaxSpec, EmbeddingSpec, LinearSpec, Registry, RMSNormSpec, RotarySpec, simulate)
+from mixboard import (ArgmaxSpec, EmbeddingSpec, LinearSpec, MoESpec, Registry, RMSNormSpec, RotarySpec, simulate)
 from mixboard.plugins import load
 from mixboard_cpu.compiled import PANELS, ROWS, kernel_missing
 
 pytestmark = pytest.mark.skipif(kernel_missing(PANELS) or kernel_missing(ROWS), reason="mixboard-cpu's kernels are not built")
 SPECS = {"linear": LinearSpec(), "rms_norm": RMSNormSpec(), "rotary": RotarySpec(),
-         "embedding": EmbeddingSpec(tied=True), "argmax": ArgmaxSpec()}
+         "embedding": EmbeddingSpec(tied=True), "argmax": ArgmaxSpec(), "moe": MoESpec()}
 WINNERS = {"linear": "linear_cpu", "rms_norm": "rms_norm_cpu", "rotary": "rotary_cpu", "embedding": "embedding_cpu",
-           "argmax": "argmax_cpu"}
+           "argmax": "argmax_cpu", "moe": "moe_cpu"}
 
 
 @pytest.fixture(scope="module")

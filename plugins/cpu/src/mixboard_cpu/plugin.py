@@ -7,10 +7,11 @@ from .embedding_backend import EmbeddingCpu
 from .embedding_onednn_backend import EmbeddingOneDnn
 from .linear_backend import LinearCpu
 from .linear_onednn_backend import LinearOneDnn
+from .moe_backend import MoECpu
 from .rms_norm_backend import RMSNormCpu
 from .rotary_backend import RotaryCpu
 
 
 @hookimpl
 def mixboard_backends():
-    return [LinearCpu, LinearOneDnn, RMSNormCpu, RotaryCpu, EmbeddingCpu, EmbeddingOneDnn, ArgmaxCpu]
+    return [LinearCpu, LinearOneDnn, RMSNormCpu, RotaryCpu, EmbeddingCpu, EmbeddingOneDnn, ArgmaxCpu, MoECpu]
