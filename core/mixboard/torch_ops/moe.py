@@ -85,6 +85,7 @@ class MoETorchImpl(MoEImpl):
 
     def combine(self, out, experts, weights, dtype):
         """Each token's top_k outputs summed with their weights, in float32."""
+        # the width spelt out: a step with no rows (a last block whose prompts all go on) has nothing to infer -1 from
         t, k = experts.shape
-        y = torch.bmm(weights.unsqueeze(1), out.view(t, k, -1).float()).squeeze(1)
+        y = torch.bmm(weights.unsqueeze(1), out.view(t, k, out.shape[-1]).float()).squeeze(1)
         return y.to(dtype)
