@@ -48,12 +48,28 @@ CONFIGS = {
         mamba_head_dim=16, n_groups=2, ssm_state_size=16, chunk_size=8, max_position_embeddings=512,
         n_routed_experts=6, num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
         routed_scaling_factor=1.5),
+    # Granite 4: experts beside the shared expert, rotary, every multiplier away from 1
+    "granitemoehybrid": lambda: transformers.GraniteMoeHybridConfig(
+        **COMMON, num_hidden_layers=4, layer_types=["mamba", "attention", "mamba", "attention"], num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=32, shared_intermediate_size=48, num_local_experts=6,
+        num_experts_per_tok=2, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16,
+        mamba_expand=2, mamba_chunk_size=8, position_embedding_type="rope", max_position_embeddings=512,
+        embedding_multiplier=3.0, residual_multiplier=0.7, attention_multiplier=0.2, logits_scaling=2.5),
+    # the dense variant (no experts, the shared MLP alone), no positional embedding, tied head
+    "granitemoehybrid_dense": lambda: transformers.GraniteMoeHybridConfig(
+        **{**COMMON, "tie_word_embeddings": True}, num_hidden_layers=3, layer_types=["mamba", "attention", "mamba"],
+        num_attention_heads=4, num_key_value_heads=2, intermediate_size=32, shared_intermediate_size=48,
+        num_local_experts=0, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16, mamba_expand=2,
+        mamba_chunk_size=8, max_position_embeddings=512, embedding_multiplier=3.0, residual_multiplier=0.7,
+        logits_scaling=2.5),
 }
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
            "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM", "falcon_h1": "FalconH1ForCausalLM",
-           "falcon_h1_rms_norm": "FalconH1ForCausalLM", "nemotron_h": "NemotronHForCausalLM"}
-ATTENTION = ("llama", "lfm2", "bamba", "falcon_h1", "falcon_h1_rms_norm", "nemotron_h")  # made with transformers' eager attention
+           "falcon_h1_rms_norm": "FalconH1ForCausalLM", "nemotron_h": "NemotronHForCausalLM",
+           "granitemoehybrid": "GraniteMoeHybridForCausalLM", "granitemoehybrid_dense": "GraniteMoeHybridForCausalLM"}
+ATTENTION = ("llama", "lfm2", "bamba", "falcon_h1", "falcon_h1_rms_norm", "nemotron_h", "granitemoehybrid",
+             "granitemoehybrid_dense")  # made with transformers' eager attention
 
 
 def make_checkpoint(model_type: str, directory: Path, seed: int = 0):

@@ -109,6 +109,11 @@ CASES = [
     ("nemotron_h", {"layers_block_type": ["mamba"]}, "'layers_block_type' must be a list of 'linear_attention' or"),
     ("nemotron_h", {"mlp_hidden_act": "gelu"}, "'mlp_hidden_act' is 'gelu'; mixboard's nemotron_h serves 'relu2'"),
     ("nemotron_h", {"n_groups": 3}, "'mamba_num_heads' (8) must be a multiple of 'n_groups' (3)"),
+    ("granitemoehybrid", {"position_embedding_type": "alibi"},
+     "'position_embedding_type' is 'alibi'; mixboard's granitemoehybrid serves 'rope' or 'none'"),
+    ("granitemoehybrid", {"layer_types": ["mamba", "mlp", "mamba", "attention"]}, "'layer_types' must be a list of"),
+    ("granitemoehybrid", {"num_experts_per_tok": 9}, "top_k must be between 1 and num_experts (6), not 9"),
+    ("granitemoehybrid", {"attention_multiplier": 0}, "'attention_multiplier' must be a finite number above 0"),
 ]
 
 

@@ -58,3 +58,19 @@ class ParallelMixers(nn.Module):
         for mixer in mixers:
             out = out + mixer(x, positions, step)
         return out
+
+
+class PackedGatedMLP(nn.Module):
+    """SwiGLU whose gate and up rows are one stored tensor, gate's first (Granite's shared expert:
+    ``input_linear`` [2I, H], then ``output_linear``)."""
+
+    def __init__(self, layer_name: str, hidden: int, intermediate: int, dtype: str,
+                 names=("input_linear", "output_linear")):
+        super().__init__()
+        self.gate_up_rows = Params(hidden, 2 * intermediate, bias=False)
+        self.gate_up = FusedLinear(f"{layer_name}.{names[0]}", (self.gate_up_rows,), dtype, gated=True)
+        self.down = Linear(f"{layer_name}.{names[1]}", intermediate, hidden, dtype)
+        self.renames = {"gate_up_rows": names[0], "down": names[1]}
+
+    def forward(self, x, positions=None, step=None):
+        return self.down(self.gate_up(x))

@@ -84,6 +84,13 @@ class MoE(Op):
         return cls(layer_name, spec, Router(spec, selection_bias), gate_up, down_part,
                    {"router": router, "gate_up": "", "down": ""})
 
+    @classmethod
+    def stacked(cls, layer_name: str, spec: MoESpec, *, router: str, gate_up: str, down: str) -> "MoE":
+        """Experts as one 3-D tensor per projection (Granite: router.layer, input_linear, output_linear)."""
+        e, h, i = spec.num_experts, spec.hidden_size, spec.intermediate_size
+        return cls(layer_name, spec, Router(spec), Stacked(e, spec.up_rows, h), Stacked(e, h, i),
+                   {"router": router, "gate_up": gate_up, "down": down})
+
     def weights(self):
         return MoEWeights(router=self.router.weight.detach(), router_bias=_detach(self.router.bias),
                           selection_bias=_detach(self.router.selection_bias()), gate_up=self.gate_up.tensor(),
