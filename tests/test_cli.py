@@ -99,7 +99,7 @@ def test_select_text_output(site):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["select", "attn"], "unknown kind 'attn'; kinds are argmax, attention, embedding, linear, mamba1, mamba2, rms_norm, rotary, short_conv"),
+    (["select", "attn"], "unknown kind 'attn'; kinds are argmax, attention, embedding, linear, mamba1, mamba2, moe, rms_norm, rotary, short_conv"),
     (["select", "attention", "--spec", "heads=4"], "unknown spec field 'heads'"),
     (["select", "attention", "--spec", "num_heads=x"], "takes int, not 'x'"),
     (["select", "attention", "--spec", "num_heads"], "bad --spec item 'num_heads'"),
