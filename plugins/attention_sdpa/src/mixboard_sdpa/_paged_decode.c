@@ -46,6 +46,10 @@
 #define MAX_HEAD 256   /* head size */
 #define KEYS 64        /* keys scored at a time */
 #define KEY_SUMS 4     /* most accumulators per query head (see attend) */
+/* Below this many (key, head, dim) products a step runs on the calling thread: waking a team costs
+ * more than it saves there, and far more when another process holds the other cores (an engine's
+ * scheduler beside its worker), where a team waits for a core; benchmarks/README.md has the numbers. */
+#define TEAM_MIN_WORK (1L << 18)
 
 typedef struct {
     const float *q;         /* [n, heads, D], rows q_stride apart */
@@ -321,6 +325,9 @@ static int attend_all(const problem *p, long n) {
         }
     }
     const long singles = n - run_rows;
+    long products = 0;  /* keys x query heads x D over the rows: the step's size */
+    for (long i = 0; i < n; i++) products += (long)p->seq_lens[i] * p->heads * p->D;
+    const int team = products >= TEAM_MIN_WORK;
     long split = 1;
     while (split < p->kv_heads && ((p->kv_heads / split) * G > MAX_GROUP || singles * split < 4 * threads))
         split++;
@@ -351,7 +358,7 @@ static int attend_all(const problem *p, long n) {
         free(items);
         return -1;
     }
-#pragma omp parallel for schedule(dynamic, 1) if (work > 1)
+#pragma omp parallel for schedule(dynamic, 1) if (team && work > 1)
     for (long w = 0; w < work; w++) {
         const item it = items[w];
         if (it.n) attend_run_one(p, it.i, it.n, it.h0, panels + panel_floats * omp_get_thread_num());
