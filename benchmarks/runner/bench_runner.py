@@ -35,9 +35,16 @@ CHECKPOINTS = {
     "bamba": "BambaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8, "
              "num_attention_heads=8, num_key_value_heads=4, attn_layer_indices=[3, 7], mamba_n_heads=16, "
              "mamba_d_head=64, mamba_d_state=64, mamba_expand=2, mamba_chunk_size=128, tie_word_embeddings=True)",
+    # Granite 4's shape in small: Mamba-2 and attention blocks, 8 routed experts (top 2) beside a shared one
+    "granitemoehybrid": "GraniteMoeHybridConfig(vocab_size=32000, hidden_size=512, intermediate_size=512, "
+                        "shared_intermediate_size=1024, num_local_experts=8, num_experts_per_tok=2, num_hidden_layers=8, "
+                        "layer_types=['mamba'] * 3 + ['attention'] + ['mamba'] * 3 + ['attention'], "
+                        "num_attention_heads=8, num_key_value_heads=4, mamba_n_heads=16, mamba_d_head=64, "
+                        "mamba_n_groups=1, mamba_d_state=64, mamba_expand=2, mamba_chunk_size=128, "
+                        "position_embedding_type='rope', max_position_embeddings=2048, tie_word_embeddings=True)",
 }
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
-           "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM"}
+           "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM"}
 
 MAKE = """
 import torch, transformers
