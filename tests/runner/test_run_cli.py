@@ -184,8 +184,11 @@ def _on_a_terminal(args, until=None, timeout=60):
     import time
 
     main, child = pty.openpty()
+    # A shell without job control starts background jobs with SIGINT ignored, and the child would
+    # inherit that (Python then installs no KeyboardInterrupt handler): give it a terminal's default.
     proc = subprocess.Popen([sys.executable, "-m", "mixboard_runner", *args], stdout=child, stderr=subprocess.PIPE,
-                            env={k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")})
+                            env={k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(child)
     shown, deadline = b"", time.monotonic() + timeout
     while time.monotonic() < deadline:
