@@ -69,10 +69,10 @@ def refuse_foreign(layer) -> None:
     name, backend = compat.layer_name(layer), compat.attention_backend_name(layer)
     if backend is not None and type(layer).__name__ == "Attention":
         why = (f"got vLLM's own attention backend {backend}, not mixboard's: on CUDA or ROCm start vLLM with "
-               "--attention-backend CUSTOM (mixboard's plan then chooses),")
+               "--attention-backend CUSTOM (mixboard's plan then chooses), or")
     else:
-        why = f"is a {type(layer).__name__}, which mixboard has no kind for:"
-    raise refused(StartupError(f"mixboard-vllm: layer {name} {why} or set MIXBOARD_VLLM=0 to let vLLM run this model"))
+        why = f"is a {type(layer).__name__}, which mixboard-vllm does not take over:"
+    raise refused(StartupError(f"mixboard-vllm: layer {name} {why} set MIXBOARD_VLLM=0 to let vLLM run this model"))
 
 
 class ProcessPlan:
@@ -120,7 +120,7 @@ class ProcessPlan:
         if foreign:
             raise StartupError(
                 f"mixboard-vllm: vLLM would run {len(foreign)} mixer layer(s) itself, not through mixboard: "
-                f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; mixboard has no kind for them, "
+                f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; mixboard-vllm does not take them over, "
                 "or (on CUDA) vLLM was not started with --attention-backend CUSTOM; set MIXBOARD_VLLM=0 "
                 "to let vLLM run the whole model")
         try:
