@@ -252,10 +252,14 @@ class Kind:
 
 
 class Record:
-    """A fixed set of named fields, all required, given by keyword or in
-    order (a kind's weights: ``Mamba1Weights(conv_weight=..., ...)``)."""
+    """A fixed set of named fields, given by keyword or in order (a kind's
+    weights: ``Mamba1Weights(conv_weight=..., ...)``). Every field is
+    required except those a subclass names in ``optional``, which default to
+    None (a field added to a kind later, so that existing callers keep
+    working)."""
 
     __slots__ = ()
+    optional: tuple[str, ...] = ()
 
     def __init__(self, *args, **kwargs):
         names = self.__slots__
@@ -266,11 +270,11 @@ class Record:
             if key not in names or key in values:
                 raise TypeError(f"{type(self).__name__}: unexpected or repeated field {key!r}")
             values[key] = value
-        missing = [n for n in names if n not in values]
+        missing = [n for n in names if n not in values and n not in self.optional]
         if missing:
             raise TypeError(f"{type(self).__name__} is missing {', '.join(missing)}")
         for name in names:
-            object.__setattr__(self, name, values[name])
+            object.__setattr__(self, name, values.get(name))
 
     def replace(self, **changes) -> "Record":
         """A copy with some fields changed."""

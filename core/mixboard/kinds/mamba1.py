@@ -6,6 +6,8 @@ y before ``out_proj``:
 
     x  = silu(causal_conv1d(x))                 (conv state carried)
     dt, B, C = split(x @ x_proj_weight.T, [dt_rank, d_state, d_state])
+    dt, B, C = rms(dt) * dt_norm_weight, rms(B) * b_norm_weight, rms(C) * c_norm_weight
+                                                (only with dt_bc_norms: Jamba)
     dt = softplus(dt @ dt_proj_weight.T + dt_proj_bias)
     h  = exp(dt * A) * h + dt * B * x           (per channel, per state; ssm state carried)
     y  = (h @ C + D * x) * silu(z)
@@ -27,7 +29,10 @@ if TYPE_CHECKING:
 class Mamba1Spec(MixerSpec):
     """d_inner: channels after in_proj (default 1536). d_state: 16.
     d_conv: conv width (4). dt_rank: 48. conv_bias: True.
-    state_dtype: dtype of the SSM and conv states; None means dtype."""
+    state_dtype: dtype of the SSM and conv states; None means dtype.
+    dt_bc_norms: RMS-normalize dt (before dt_proj), B and C after x_proj's
+    split, each over its own width with its own weight (Jamba); norm_eps is
+    their epsilon (meaningless, and canonical at its default, without them)."""
 
     d_inner: int = 1536
     d_state: int = 16
@@ -35,10 +40,19 @@ class Mamba1Spec(MixerSpec):
     dt_rank: int = 48
     conv_bias: bool = True
     state_dtype: str | None = None
+    dt_bc_norms: bool = False
+    norm_eps: float = 1e-6
 
     def validate(self) -> None:
         require(min(self.d_inner, self.d_state, self.dt_rank) > 0, "d_inner, d_state and dt_rank must be positive")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
+        require(self.norm_eps > 0, "norm_eps must be positive")
+
+    def canonical(self) -> dict[str, Any]:
+        out = self.to_dict()
+        if not self.dt_bc_norms:
+            out["norm_eps"] = 1e-6  # unused without the norms: specs that differ only there mean the same
+        return out
 
 
 class Mamba1Weights(Record):
@@ -51,9 +65,13 @@ class Mamba1Weights(Record):
     dt_proj_bias: [d_inner]
     A: [d_inner, d_state], negative: -exp(A_log), computed once at load
     D: [d_inner]
+    dt_norm_weight: [dt_rank], b_norm_weight, c_norm_weight: [d_state];
+        tensors with dt_bc_norms, else None (may be left out)
     """
 
-    __slots__ = ('conv_weight', 'conv_bias', 'x_proj_weight', 'dt_proj_weight', 'dt_proj_bias', 'A', 'D')
+    __slots__ = ('conv_weight', 'conv_bias', 'x_proj_weight', 'dt_proj_weight', 'dt_proj_bias', 'A', 'D',
+                 'dt_norm_weight', 'b_norm_weight', 'c_norm_weight')
+    optional = ('dt_norm_weight', 'b_norm_weight', 'c_norm_weight')
 
 
 class Mamba1Impl(MixerImpl):
@@ -70,7 +88,8 @@ class Mamba1Impl(MixerImpl):
     weights: ``Mamba1Weights`` (``help(Mamba1Weights)``): conv_weight
         [DI, W], conv_bias [DI] or None, x_proj_weight [R + 2N, DI],
         dt_proj_weight [DI, R], dt_proj_bias [DI], A [DI, N] (already
-        -exp(A_log): negative), D [DI].
+        -exp(A_log): negative), D [DI]; with ``dt_bc_norms``
+        dt_norm_weight [R], b_norm_weight [N], c_norm_weight [N], else None.
     state (canonical, 'slots', in ``state_dtype or dtype``):
         ``conv`` [num_slots, DI, W - 1]: the sequence's last W - 1 conv
         inputs (raw x, before the conv), oldest first: column -1 is the
@@ -88,6 +107,8 @@ class Mamba1Impl(MixerImpl):
                                   conv_weight[c, k] * x[t - (W - 1) + k, c],
                                   inputs before the step from the conv state
         dt, B, C = split(xc @ x_proj_weight.T, [R, N, N])
+        if dt_bc_norms:   rms(v) = v / sqrt(mean(v ** 2) + norm_eps)
+            dt, B, C = rms(dt) * dt_norm_weight, rms(B) * b_norm_weight, rms(C) * c_norm_weight
         dt = softplus(dt @ dt_proj_weight.T + dt_proj_bias)       # [DI]
         h  = exp(dt[:, None] * A) * h + (dt * xc)[:, None] * B    # [DI, N]
         y  = (h @ C + D * xc) * silu(z)

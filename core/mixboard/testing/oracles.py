@@ -179,6 +179,11 @@ def _causal_conv(inputs: Tensor, prev: Tensor, weight: Tensor, bias: Tensor | No
     return out, history[:, history.shape[1] - (width - 1):].clone()
 
 
+def _rms(v: Tensor, eps: float) -> Tensor:
+    """v / sqrt(mean(v ** 2) + eps) over the last axis."""
+    return v / torch.sqrt((v * v).mean(-1, keepdim=True) + eps)
+
+
 def _silu(x: Tensor) -> Tensor:
     return x * torch.sigmoid(x)
 
@@ -297,6 +302,7 @@ class Mamba1Oracle(Mamba1Impl):
 
         x  = silu(conv(x))                                  # conv state carried
         dt, B, C = split(x @ x_proj_weight.T, [dt_rank, d_state, d_state])
+        dt, B, C = rms(dt) * dt_norm_weight, rms(B) * b_norm_weight, rms(C) * c_norm_weight   # dt_bc_norms only
         dt = softplus(dt @ dt_proj_weight.T + dt_proj_bias)  # [d_inner]
         h  = exp(dt[:, None] * A) * h + (dt * x)[:, None] * B[None, :]   # [d_inner, d_state]
         y  = (h @ C + D * x) * silu(z)
@@ -320,6 +326,12 @@ class Mamba1Oracle(Mamba1Impl):
         _check_shape("dt_proj_bias", weights.dt_proj_bias, (DI,))
         _check_shape("A", weights.A, (DI, N))
         _check_shape("D", weights.D, (DI,))
+        norms = (weights.dt_norm_weight, weights.b_norm_weight, weights.c_norm_weight)
+        if spec.dt_bc_norms:
+            for name, t, width in zip(("dt_norm_weight", "b_norm_weight", "c_norm_weight"), norms, (R, N, N)):
+                _check_shape(name, t, (width,))
+        elif any(t is not None for t in norms):
+            raise ValueError("mamba1: dt/B/C norm weights given but the spec has dt_bc_norms=False")
         conv_pool = _pool(state, "conv", (DI, W - 1), "mamba1")
         ssm_pool = _pool(state, "ssm", (DI, N), "mamba1")
         seqs = _sequences(meta, T)
@@ -328,6 +340,7 @@ class Mamba1Oracle(Mamba1Impl):
         conv_w, conv_b = weights.conv_weight.to(F64), _f64(weights.conv_bias)
         x_proj, dt_proj, dt_bias = weights.x_proj_weight.to(F64), weights.dt_proj_weight.to(F64), weights.dt_proj_bias.to(F64)
         A, D = weights.A.to(F64), weights.D.to(F64)
+        norm_w, eps = [_f64(t) for t in norms], spec.norm_eps
         out = torch.empty((T, DI), dtype=F64, device=x.device)
         for s in seqs:
             conv_state, h = _load_slot(conv_pool, s), _load_slot(ssm_pool, s)
@@ -337,6 +350,8 @@ class Mamba1Oracle(Mamba1Impl):
                 xt = xs[j]  # [d_inner]
                 proj = x_proj @ xt  # [dt_rank + 2 * d_state]
                 dt_low, B, C = proj[:R], proj[R:R + N], proj[R + N:]
+                if spec.dt_bc_norms:
+                    dt_low, B, C = (_rms(v, eps) * w for v, w in zip((dt_low, B, C), norm_w))
                 dt = _softplus(dt_proj @ dt_low + dt_bias)  # [d_inner]
                 h = torch.exp(dt[:, None] * A) * h + (dt * xt)[:, None] * B[None, :]
                 y = h @ C + D * xt

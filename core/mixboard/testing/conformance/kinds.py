@@ -123,6 +123,10 @@ def mamba1_weights(spec, gen: torch.Generator) -> Mamba1Weights:
         dt_proj_bias=_inverse_softplus(_uniform(gen, 0.05, 0.5, di)),
         A=-torch.exp(_uniform(gen, math.log(0.5), math.log(max(2.0, n)), di, n)),
         D=_uniform(gen, 0.5, 1.5, di),
+        # weights away from 1 so that a backend applying a norm's weight wrongly (or not at all) is off
+        dt_norm_weight=_uniform(gen, 0.5, 1.5, r) if spec.dt_bc_norms else None,
+        b_norm_weight=_uniform(gen, 0.5, 1.5, n) if spec.dt_bc_norms else None,
+        c_norm_weight=_uniform(gen, 0.5, 1.5, n) if spec.dt_bc_norms else None,
     )
 
 
@@ -213,6 +217,7 @@ MAMBA1 = KindAdapter(
         ("state_float32", dict(state_dtype="float32")),
         ("d_inner1536", dict(d_inner=1536, d_state=16, dt_rank=48)),  # mamba-130m
         ("d_inner200", dict(d_inner=200, d_state=16, dt_rank=13)),  # channel blocks of 64 and a part
+        ("dt_bc_norms", dict(d_inner=32, d_state=8, dt_rank=4, dt_bc_norms=True, norm_eps=1e-5)),  # Jamba
     ),
     real=dict(d_inner=1536, d_state=16, d_conv=4, dt_rank=48),  # mamba-130m
     long_shapes=(

@@ -36,6 +36,8 @@ class Mamba1Cuda(Backend):
                            f"divisible by 8; the layer's d_inner is {spec.d_inner}")
         if spec.d_state > 256:
             reasons.append(f"mamba-ssm's selective scan supports d_state up to 256; the layer's d_state is {spec.d_state}")
+        if spec.dt_bc_norms:
+            reasons.append("the impl does not apply RMS norms to dt, B and C (the layer has dt_bc_norms, as Jamba's)")
         for dist, minimum in MIN_VERSIONS.items():
             installed = _installed(dist)
             if installed is not None and too_old(installed, minimum):

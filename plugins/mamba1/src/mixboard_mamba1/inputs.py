@@ -61,6 +61,12 @@ class InputChecks:
         expect(layer, "dt_proj_bias", weights.dt_proj_bias, (DI,), device=device)
         expect(layer, "A", weights.A, (DI, N), device=device)
         expect(layer, "D", weights.D, (DI,), device=device)
+        norms = {"dt_norm_weight": R, "b_norm_weight": N, "c_norm_weight": N}
+        for name, width in norms.items():
+            if spec.dt_bc_norms:
+                expect(layer, name, getattr(weights, name), (width,), device=device)
+            elif getattr(weights, name) is not None:
+                raise BackendInputError(f"{layer}: {name} must be None (the spec has dt_bc_norms=False), got a tensor")
 
 
 def as_float(t: torch.Tensor | None) -> torch.Tensor | None:

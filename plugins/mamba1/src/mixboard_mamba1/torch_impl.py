@@ -64,11 +64,18 @@ class Mamba1TorchImpl(Mamba1Impl):
 
 
 def project(xc: torch.Tensor, weights, spec: Mamba1Spec):
-    """dt = softplus(dt_proj(x_proj(x)[:dt_rank]) + bias), B, C: the input-dependent parameters."""
+    """dt = softplus(dt_proj(x_proj(x)[:dt_rank]) + bias), B, C: the input-dependent parameters
+    (dt, B and C RMS-normalized first with the spec's dt_bc_norms)."""
     R, N = spec.dt_rank, spec.d_state
     x_dbl = xc @ weights.x_proj_weight.float().t()
-    dt = F.softplus(F.linear(x_dbl[:, :R], weights.dt_proj_weight.float(), weights.dt_proj_bias.float()))
-    return dt, x_dbl[:, R:R + N], x_dbl[:, R + N:]
+    dt_low, B, C = x_dbl[:, :R], x_dbl[:, R:R + N], x_dbl[:, R + N:]
+    if spec.dt_bc_norms:
+        eps = spec.norm_eps
+        dt_low = F.rms_norm(dt_low, (R,), weights.dt_norm_weight.float(), eps)
+        B = F.rms_norm(B, (N,), weights.b_norm_weight.float(), eps)
+        C = F.rms_norm(C, (N,), weights.c_norm_weight.float(), eps)
+    dt = F.softplus(F.linear(dt_low, weights.dt_proj_weight.float(), weights.dt_proj_bias.float()))
+    return dt, B, C
 
 
 def ssm_step(pool: torch.Tensor, meta: SlotStep, u, dt, A, B, C) -> torch.Tensor:

@@ -35,6 +35,8 @@ class Mamba1Triton(Backend):
         reasons = triton_reasons(spec, env)
         if spec.d_state > MAX_D_STATE:
             reasons.append(f"d_state {spec.d_state} is above the kernel's {MAX_D_STATE}")
+        if spec.dt_bc_norms:
+            reasons.append("its kernels have no RMS norms of dt, B and C (the layer has dt_bc_norms, as Jamba's)")
         return reasons
 
     @classmethod
