@@ -62,14 +62,21 @@ CONFIGS = {
         num_local_experts=0, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16, mamba_expand=2,
         mamba_chunk_size=8, max_position_embeddings=512, embedding_multiplier=3.0, residual_multiplier=0.7,
         logits_scaling=2.5),
+    # Jamba: Mamba with dt/B/C norms, attention without positional embedding on layers 1 and 4, experts on odd layers
+    "jamba": lambda: transformers.JambaConfig(
+        **COMMON, intermediate_size=64, num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+        attn_layer_period=3, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, num_experts=4,
+        num_experts_per_tok=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=8, rms_norm_eps=1e-5,
+        use_mamba_kernels=False, max_position_embeddings=512),
 }
 
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
            "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM", "falcon_h1": "FalconH1ForCausalLM",
            "falcon_h1_rms_norm": "FalconH1ForCausalLM", "nemotron_h": "NemotronHForCausalLM",
-           "granitemoehybrid": "GraniteMoeHybridForCausalLM", "granitemoehybrid_dense": "GraniteMoeHybridForCausalLM"}
+           "granitemoehybrid": "GraniteMoeHybridForCausalLM", "granitemoehybrid_dense": "GraniteMoeHybridForCausalLM",
+           "jamba": "JambaForCausalLM"}
 ATTENTION = ("llama", "lfm2", "bamba", "falcon_h1", "falcon_h1_rms_norm", "nemotron_h", "granitemoehybrid",
-             "granitemoehybrid_dense")  # made with transformers' eager attention
+             "granitemoehybrid_dense", "jamba")  # made with transformers' eager attention
 
 
 def make_checkpoint(model_type: str, directory: Path, seed: int = 0):
@@ -83,6 +90,8 @@ def make_checkpoint(model_type: str, directory: Path, seed: int = 0):
         for name, p in model.named_parameters():
             if name.endswith(("dt_bias", ".D", "e_score_correction_bias")):
                 p.uniform_(-0.5, 0.5)
+            if name.endswith(("dt_layernorm.weight", "b_layernorm.weight", "c_layernorm.weight")):
+                p.uniform_(0.5, 1.5)  # Jamba's mixer norms: a weight dropped or misplaced shows
             if name.endswith(("router.weight", "gate.weight", "router.layer.weight")) and p.dim() == 2:
                 p.normal_(0, 0.5)  # routers made with zeros would tie every expert
     model.save_pretrained(directory)

@@ -114,6 +114,10 @@ CASES = [
     ("granitemoehybrid", {"layer_types": ["mamba", "mlp", "mamba", "attention"]}, "'layer_types' must be a list of"),
     ("granitemoehybrid", {"num_experts_per_tok": 9}, "top_k must be between 1 and num_experts (6), not 9"),
     ("granitemoehybrid", {"attention_multiplier": 0}, "'attention_multiplier' must be a finite number above 0"),
+    ("jamba", {"attn_layer_offset": 3}, "'attn_layer_offset' (3) must be below 'attn_layer_period' (3)"),
+    ("jamba", {"expert_layer_period": 0}, "'expert_layer_period'"),
+    ("jamba", {"hidden_act": "gelu"}, "'hidden_act' is 'gelu'; mixboard's jamba serves 'silu'"),
+    ("jamba", {"num_experts_per_tok": 5}, "top_k must be between 1 and num_experts (4), not 5"),
 ]
 
 

@@ -38,7 +38,7 @@ PORTABLE = "linear=linear_torch,rms_norm=rms_norm_torch,rotary=rotary_torch,embe
 def test_score_matches_transformers_at_every_position(checkpoints, model_type, dense):
     directory, reference = checkpoints[model_type]
     rules = PORTABLE if dense == "portable" else ""
-    if dense == "portable" and model_type in ("mamba", "mamba2", "nemotron_h", "granitemoehybrid_dense"):
+    if dense == "portable" and model_type in ("mamba", "mamba2", "nemotron_h", "granitemoehybrid_dense", "jamba"):
         # no rotary (no attention, or attention without positional embedding)
         rules = ",".join(r for r in rules.split(",") if not r.startswith("rotary="))
     engine = Engine(directory, cache_memory=32 * 2**20, backend=rules)

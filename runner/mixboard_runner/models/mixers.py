@@ -81,6 +81,9 @@ class Mamba1Layer(MixerLayer):
         self.dt_proj = nn.Linear(r, d, bias=True)
         self.A_log = nn.Parameter(torch.zeros(d, n))
         self.D = nn.Parameter(torch.ones(d))
+        if spec.dt_bc_norms:  # Jamba's: dt, B and C normalized after x_proj, inside the kind
+            self.dt_layernorm = GatedNormWeight(r)
+            self.b_layernorm, self.c_layernorm = GatedNormWeight(n), GatedNormWeight(n)
         self.out_proj = Linear(f"{layer_name}.out_proj", d, hidden, spec.dtype, bias)
         self.weights: Mamba1Weights | None = None
 
@@ -90,6 +93,8 @@ class Mamba1Layer(MixerLayer):
             x_proj_weight=self.x_proj.weight.detach(), dt_proj_weight=self.dt_proj.weight.detach(),
             dt_proj_bias=self.dt_proj.bias.detach(), A=-torch.exp(self.A_log.detach().float()).to(self.A_log.dtype),
             D=self.D.detach(),
+            **({f"{part}_norm_weight": getattr(self, f"{part}_layernorm").weight.detach() for part in ("dt", "b", "c")}
+               if self.spec.dt_bc_norms else {}),
         )
 
     def forward(self, x, positions, step):
@@ -157,7 +162,8 @@ class ShortConvLayer(MixerLayer):
 
 
 class GatedNormWeight(nn.Module):
-    """Mamba-2's gated norm's weight: part of the mixer kind, not an op of its own."""
+    """A norm's weight inside a mixer kind (Mamba-2's gated norm, Jamba's dt/B/C norms): part of the
+    kind, not an op of its own."""
 
     def __init__(self, dim: int):
         super().__init__()
