@@ -74,3 +74,18 @@ class PackedGatedMLP(nn.Module):
 
     def forward(self, x, positions=None, step=None):
         return self.down(self.gate_up(x))
+
+
+class SigmoidGatedMLP(nn.Module):
+    """An MLP whose output is scaled per token by sigmoid(gate(x)), gate a [1, hidden] projection (Qwen3-Next's
+    shared expert: ``shared_expert`` and ``shared_expert_gate``)."""
+
+    def __init__(self, layer_name: str, mlp: nn.Module, hidden: int, dtype: str,
+                 names=("shared_expert", "shared_expert_gate")):
+        super().__init__()
+        self.mlp = mlp
+        self.gate = Linear(f"{layer_name}.{names[1]}", hidden, 1, dtype)
+        self.renames = {"mlp": names[0], "gate": names[1]}
+
+    def forward(self, x, positions=None, step=None):
+        return torch.sigmoid(self.gate(x)) * self.mlp(x)

@@ -35,30 +35,48 @@ class MixerLayer(nn.Module):
 
 
 class AttentionLayer(MixerLayer):
+    """q, k, v as one product, the kind, then o_proj. Options: ``qk_norm_eps``: an RMSNorm per head of q
+    and k (``qk_norm``: its op class, and the checkpoint's names of the two); ``output_gate``: q_proj holds
+    a gate per head after each head's queries (Qwen3-Next), and the output is multiplied by sigmoid(gate)
+    before o_proj."""
+
     kind = "attention"
 
     def __init__(self, layer_name: str, hidden: int, spec: AttentionSpec, rotary: Rotary | None, *,
-                 bias: bool = False, out_name: str = "o_proj", qk_norm_eps: float | None = None):
+                 bias: bool = False, out_name: str = "o_proj", qk_norm_eps: float | None = None,
+                 qk_norm: tuple = (RMSNorm, "q_layernorm", "k_layernorm"), output_gate: bool = False):
         super().__init__(layer_name, spec)
         h, kv, d, dtype = spec.num_heads, spec.num_kv_heads, spec.head_size, spec.dtype
-        self.q_proj = Params(hidden, h * d, bias)
+        self.output_gate = output_gate
+        self.q_proj = Params(hidden, (2 if output_gate else 1) * h * d, bias)
         self.k_proj = Params(hidden, kv * d, bias)
         self.v_proj = Params(hidden, kv * d, bias)
         self.qkv_proj = FusedLinear(f"{layer_name}.qkv_proj", (self.q_proj, self.k_proj, self.v_proj), dtype)
         self.o_proj = Linear(f"{layer_name}.{out_name}", h * d, hidden, dtype, bias)
         self.renames = {"o_proj": out_name}
         self.q_norm = self.k_norm = None
-        if qk_norm_eps is not None:  # LFM2 normalizes each head of q and k
-            self.q_norm = RMSNorm(f"{layer_name}.q_layernorm", d, qk_norm_eps, dtype)
-            self.k_norm = RMSNorm(f"{layer_name}.k_layernorm", d, qk_norm_eps, dtype)
-            self.renames.update(q_norm="q_layernorm", k_norm="k_layernorm")
+        if qk_norm_eps is not None:  # LFM2 and Qwen3-Next normalize each head of q and k
+            norm, q_name, k_name = qk_norm
+            self.q_norm = norm(f"{layer_name}.{q_name}", d, qk_norm_eps, dtype)
+            self.k_norm = norm(f"{layer_name}.{k_name}", d, qk_norm_eps, dtype)
+            self.renames.update(q_norm=q_name, k_norm=k_name)
         self.rotary = rotary
+
+    @torch.no_grad()
+    def finalize(self):
+        if self.output_gate:  # per head [queries, gate] -> [every head's queries, every head's gate]: slices
+            s, q = self.spec, self.q_proj
+            for t in (q.weight, q.bias):
+                if t is not None:
+                    t.copy_(t.view(s.num_heads, 2, -1).transpose(0, 1).reshape(t.shape))
 
     def forward(self, x, positions, step):
         t, s = x.shape[0], self.spec
         h, kv, d = s.num_heads, s.num_kv_heads, s.head_size
         qkv = self.qkv_proj(x)
         q = qkv[:, :h * d].view(t, h, d)
+        if self.output_gate:
+            gate, qkv = qkv[:, h * d:2 * h * d], qkv[:, h * d:]
         k = qkv[:, h * d:(h + kv) * d].view(t, kv, d)
         v = qkv[:, (h + kv) * d:].view(t, kv, d)
         if self.q_norm is not None:
@@ -66,7 +84,8 @@ class AttentionLayer(MixerLayer):
         if self.rotary is not None:
             q, k = self.rotary(positions, q, k)
         impl, state, meta = step.lookup(self.layer_name)
-        return self.o_proj(impl.forward(q, k, v, state, meta).reshape(t, -1))
+        out = impl.forward(q, k, v, state, meta).reshape(t, -1)
+        return self.o_proj(out * torch.sigmoid(gate) if self.output_gate else out)
 
 
 class Mamba1Layer(MixerLayer):

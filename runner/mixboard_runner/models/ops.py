@@ -141,6 +141,15 @@ class RMSNorm(Op):
         return self.impl.forward(x, residual)
 
 
+class ZeroCentredRMSNorm(RMSNorm):
+    """An RMSNorm whose checkpoint stores weight - 1: it scales by (1 + weight) (Qwen3-Next's, initialised
+    at zeros). The 1 is folded in here, in the weights the impl loads, so the rms_norm kind runs it as is."""
+
+    def weights(self):
+        w = self.weight.detach()
+        return RMSNormWeights((1.0 + w.float()).to(w.dtype))
+
+
 class Rotary(Op):
     """One per model: every attention layer holds the same one."""
 
