@@ -116,7 +116,7 @@ def _bad_dirs(tmp_path, llama_dir):
         "malformed config": (copy("malformed", config="{not json"), "is not valid JSON"),
         "unsupported type": (copy("gpt2", config='{"model_type": "gpt2"}'),
                              "model_type 'gpt2' is not supported; supported: bamba, falcon_h1, granitemoehybrid, "
-                             "jamba, lfm2, llama, mamba, mamba2, nemotron_h"),
+                             "jamba, lfm2, llama, mamba, mamba2, nemotron_h, qwen3_next"),
         "missing tensor": (copy("missing", drop="model.layers.1.mlp.up_proj.weight"),
                            "missing 1 tensor(s), first: model.layers.1.mlp.up_proj.weight"),
         "wrong shape": (copy("shape", edit="model.layers.0.self_attn.q_proj.weight"),
