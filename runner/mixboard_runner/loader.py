@@ -196,7 +196,8 @@ def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype,
         raise ModelError(f"checkpoint is missing {len(missing)} tensor(s), first: {', '.join(missing[:3])}")
     # a tied model's LM head is its table: a checkpoint that stores it anyway is read without it
     ignored = ("lm_head.weight",) if model.tie_embeddings else ()
-    unexpected = [n for n in state if n not in expected and n not in ignored and not n.endswith("rotary_emb.inv_freq")]
+    unexpected = [n for n in state if n not in expected and n not in ignored and not n.endswith("rotary_emb.inv_freq")
+                  and not n.startswith(model.unused_prefixes)]
     if unexpected:
         raise ModelError(f"checkpoint has {len(unexpected)} tensor(s) this {model.info.model_type} model does not "
                          f"use, first: {', '.join(unexpected[:3])} (is config.json the checkpoint's?)")

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import transformers
 from mixboard_runner.engine import Engine
@@ -94,6 +95,26 @@ def test_greedy_generation_matches_transformers(checkpoint):
     got = [o.output_ids for o in engine.generate(prompts, SamplingParams(max_tokens=5, ignore_eos=True))]
     assert got == [reference_greedy(reference, p, 5) for p in prompts]
     assert engine.cache.all_free()
+
+
+def test_a_released_config_layout_loads_and_matches(checkpoint, tmp_path):
+    # released Qwen3-Next configs give full_attention_interval instead of layer_types and may leave the
+    # partial rotary factor to transformers' default (0.25); their checkpoints carry an mtp.* head, unused
+    directory, reference = checkpoint
+    config = json.loads((directory / "config.json").read_text())
+    del config["layer_types"]
+    config["full_attention_interval"] = 2  # attention on layers 1 and 3, as layer_types said
+    config["rope_parameters"].pop("partial_rotary_factor")
+    assert "partial_rotary_factor" not in config
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    state = load_file(directory / "model.safetensors")
+    state["mtp.fc.weight"] = torch.ones(64, 128)
+    save_file(state, tmp_path / "model.safetensors")
+    engine = Engine(tmp_path, cache_memory=32 * 2**20)
+    torch.manual_seed(1)
+    ids = torch.randint(0, VOCAB, (29,)).tolist()
+    err = (engine.score(ids, 0) - reference_logits(reference, ids)).abs().max().item()
+    assert err <= 1e-4, f"max abs error {err:.2e}"
 
 
 def _run(directory, env=None):

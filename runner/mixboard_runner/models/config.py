@@ -126,9 +126,10 @@ class ConfigReader:
         except ValueError as exc:
             raise ModelError(f"config.json: {exc}") from None
 
-    def rope(self, head_size: int) -> tuple[float, dict | None, int]:
+    def rope(self, head_size: int, partial_default: float = 1.0) -> tuple[float, dict | None, int]:
         """(theta, scaling, rotary_dim) from transformers 5's ``rope_parameters``
-        or the older ``rope_theta`` / ``rope_scaling`` / ``partial_rotary_factor``."""
+        or the older ``rope_theta`` / ``rope_scaling`` / ``partial_rotary_factor``
+        (``partial_default`` where neither gives it: Qwen3-Next's is 0.25)."""
         params = self.config.get("rope_parameters")
         if params is None:
             params = {}
@@ -142,7 +143,7 @@ class ConfigReader:
                     value = check_number(label, source[key])
             return value
 
-        theta, partial = pick("rope_theta", 10000.0), pick("partial_rotary_factor", 1.0)
+        theta, partial = pick("rope_theta", 10000.0), pick("partial_rotary_factor", partial_default)
         rotary_dim = int(head_size * partial)
         if partial > 1 or rotary_dim < 2 or rotary_dim % 2:
             raise ModelError(f"config.json: rotary embedding needs an even number of channels from 2 to head_dim "

@@ -11,7 +11,8 @@ from .model import Block, CausalLM, ModelInfo, Trunk
 from .ops import Embedding, RMSNorm, Rotary
 
 
-def attention_from(cfg: ConfigReader, dtype: str, rotary_name: str = "model.rotary_emb") -> tuple[AttentionSpec, Rotary]:
+def attention_from(cfg: ConfigReader, dtype: str, rotary_name: str = "model.rotary_emb",
+                   partial_rotary_default: float = 1.0) -> tuple[AttentionSpec, Rotary]:
     """The attention spec and its rotary embedding (one op for every layer), every value checked."""
     hidden, heads = cfg.size("hidden_size"), cfg.size("num_attention_heads")
     kv_heads = cfg.size("num_key_value_heads", heads)
@@ -22,7 +23,7 @@ def attention_from(cfg: ConfigReader, dtype: str, rotary_name: str = "model.rota
         head_size = hidden // heads
     cfg.derived("num_attention_heads x head_dim", heads * head_size)
     window = cfg.size("sliding_window", None, high=None)
-    theta, scaling, rotary_dim = cfg.rope(head_size)
+    theta, scaling, rotary_dim = cfg.rope(head_size, partial_rotary_default)
     spec = cfg.spec(AttentionSpec, num_heads=heads, num_kv_heads=kv_heads, head_size=head_size, dtype=dtype,
                     sliding_window=window)
     return spec, Rotary(rotary_name, head_size, theta, dtype, rotary_dim, scaling)

@@ -69,6 +69,10 @@ class ModelInfo:
 
 
 class CausalLM(nn.Module):
+    # checkpoint tensors the model does not run and the loader reads past (Qwen3-Next's multi-token
+    # prediction head, "mtp."), by name prefix; any other tensor it does not use is refused
+    unused_prefixes: tuple[str, ...] = ()
+
     def __init__(self, info: ModelInfo, trunk_name: str, trunk: Trunk, tie_embeddings: bool, dtype: str):
         super().__init__()
         self.info, self.trunk, self.tie_embeddings = info, trunk, tie_embeddings

@@ -25,6 +25,9 @@ LAYER_TYPES = ("linear_attention", "full_attention")
 
 def _layer_types(cfg: ConfigReader, n_layers: int) -> list[str]:
     types = cfg.config.get("layer_types")
+    if types is None:  # released configs give the interval instead: attention on every interval-th layer
+        interval = cfg.size("full_attention_interval", 4)
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
     if not isinstance(types, list) or not all(t in LAYER_TYPES for t in types):
         raise ModelError(f"config.json: 'layer_types' must be a list of 'linear_attention' and 'full_attention', "
                          f"not {show(types)}")
@@ -55,7 +58,7 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
     eps = cfg.number("rms_norm_eps", 1e-6, zero_ok=True)
     types = _layer_types(cfg, n_layers)
     cfg.choice("hidden_act", "silu", ("silu",))
-    attn_spec, rotary = attention_from(cfg, dtype)
+    attn_spec, rotary = attention_from(cfg, dtype, partial_rotary_default=0.25)  # transformers' default here
     attn_bias = cfg.opt("attention_bias", False)
     gdn_spec = _gdn_spec(cfg, dtype) if "linear_attention" in types else None
     experts = _experts(cfg, hidden, dtype)
@@ -84,4 +87,6 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
                             ZeroCentredRMSNorm(f"{name}.post_attention_layernorm", hidden, eps, dtype), mlp))
     trunk = Trunk(("embed_tokens", "norm"), Embedding("model.embed_tokens", info.vocab_size, hidden, dtype, tie),
                   blocks, ZeroCentredRMSNorm("model.norm", hidden, eps, dtype))
-    return CausalLM(info, "model", trunk, tie, dtype)
+    model = CausalLM(info, "model", trunk, tie, dtype)
+    model.unused_prefixes = ("mtp.",)  # released checkpoints carry a multi-token prediction head; not run here
+    return model
