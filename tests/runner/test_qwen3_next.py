@@ -99,13 +99,15 @@ def test_greedy_generation_matches_transformers(checkpoint):
 
 def test_a_released_config_layout_loads_and_matches(checkpoint, tmp_path):
     # released Qwen3-Next configs give full_attention_interval instead of layer_types and may leave the
-    # partial rotary factor to transformers' default (0.25); their checkpoints carry an mtp.* head, unused
+    # partial rotary factor to transformers' default (0.25); their checkpoints carry an mtp.* head, unused;
+    # a sliding_window there means nothing to this model
     directory, reference = checkpoint
     config = json.loads((directory / "config.json").read_text())
     del config["layer_types"]
     config["full_attention_interval"] = 2  # attention on layers 1 and 3, as layer_types said
     config["rope_parameters"].pop("partial_rotary_factor")
     assert "partial_rotary_factor" not in config
+    config["sliding_window"] = 8  # a field transformers' Qwen3NextAttention does not read: full attention still
     (tmp_path / "config.json").write_text(json.dumps(config))
     state = load_file(directory / "model.safetensors")
     state["mtp.fc.weight"] = torch.ones(64, 128)

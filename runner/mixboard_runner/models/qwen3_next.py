@@ -9,6 +9,8 @@ Every RMSNorm outside the DeltaNet (the blocks', the final one, q's and k's) sto
 
 from __future__ import annotations
 
+import dataclasses
+
 from mixboard import MoESpec
 
 from .blocks import GatedMLP, SigmoidGatedMLP
@@ -59,6 +61,8 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
     types = _layer_types(cfg, n_layers)
     cfg.choice("hidden_act", "silu", ("silu",))
     attn_spec, rotary = attention_from(cfg, dtype, partial_rotary_default=0.25)  # transformers' default here
+    # transformers' Qwen3NextAttention attends to the whole context whatever 'sliding_window' says
+    attn_spec = dataclasses.replace(attn_spec, sliding_window=None)
     attn_bias = cfg.opt("attention_bias", False)
     gdn_spec = _gdn_spec(cfg, dtype) if "linear_attention" in types else None
     experts = _experts(cfg, hidden, dtype)
