@@ -23,23 +23,27 @@ from test_parity import PORTABLE, reference_greedy, reference_logits
 VOCAB = 160
 
 
-def qwen3_next_config():
+def qwen3_next_config(**changes):
     # two value heads per key head (the per-key-head interleaving of in_proj_qkvz/ba matters), partial rotary
     # (transformers' default factor 0.25 of head_dim 32), experts on layers 0, 1 and 3, a dense MLP on layer 2
+    values = {"tie_word_embeddings": False, "mlp_only_layers": [2], "linear_num_value_heads": 4, **changes}
     return transformers.Qwen3NextConfig(
-        vocab_size=VOCAB, hidden_size=64, initializer_range=0.1, tie_word_embeddings=False, num_hidden_layers=4,
+        vocab_size=VOCAB, hidden_size=64, initializer_range=0.1, num_hidden_layers=4,
         layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=96, num_experts=4,
-        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48, mlp_only_layers=[2],
-        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=24,
-        linear_conv_kernel_dim=4, max_position_embeddings=512, rms_norm_eps=1e-6)
+        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+        linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=24,
+        linear_conv_kernel_dim=4, max_position_embeddings=512, rms_norm_eps=1e-6, **values)
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("qwen3_next")
+def variant_config():
+    # experts every second layer (decoder_sparse_step), one value head per key head, attention biases, tied head
+    return qwen3_next_config(decoder_sparse_step=2, mlp_only_layers=[], linear_num_value_heads=2,
+                             attention_bias=True, tie_word_embeddings=True)
+
+
+def _made(directory, config):
     torch.manual_seed(0)
-    config = qwen3_next_config()
     config._attn_implementation = "eager"
     model = transformers.Qwen3NextForCausalLM(config).eval()
     with torch.no_grad():
@@ -52,6 +56,24 @@ def checkpoint(tmp_path_factory):
                 p.normal_(0, 0.5)
     model.save_pretrained(directory)
     return directory, model
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return _made(tmp_path_factory.mktemp("qwen3_next"), qwen3_next_config())
+
+
+def test_a_variant_matches_transformers(tmp_path):
+    directory, reference = _made(tmp_path, variant_config())
+    assert reference.config.tie_word_embeddings and reference.model.layers[1].self_attn.q_proj.bias is not None
+    assert [type(layer.mlp).__name__ for layer in reference.model.layers] == ["Qwen3NextMLP", "Qwen3NextSparseMoeBlock"] * 2
+    engine = Engine(directory, cache_memory=32 * 2**20)
+    torch.manual_seed(1)
+    ids = torch.randint(0, VOCAB, (29,)).tolist()
+    expected = reference_logits(reference, ids)
+    for prefix_len in (0, 13, len(ids)):
+        err = (engine.score(ids, prefix_len) - expected).abs().max().item()
+        assert err <= 1e-4, f"prefix_len={prefix_len}: max abs error {err:.2e}"
 
 
 @pytest.mark.parametrize("dense", ["planned", "portable"])
