@@ -66,7 +66,8 @@ def checkpoint(tmp_path_factory):
 def test_a_variant_matches_transformers(tmp_path):
     directory, reference = _made(tmp_path, variant_config())
     assert reference.config.tie_word_embeddings and reference.model.layers[1].self_attn.q_proj.bias is not None
-    assert [type(layer.mlp).__name__ for layer in reference.model.layers] == ["Qwen3NextMLP", "Qwen3NextSparseMoeBlock"] * 2
+    mlps = [type(layer.mlp).__name__ for layer in reference.model.layers]
+    assert mlps == ["Qwen3NextMLP", "Qwen3NextSparseMoeBlock"] * 2
     engine = Engine(directory, cache_memory=32 * 2**20)
     torch.manual_seed(1)
     ids = torch.randint(0, VOCAB, (29,)).tolist()
