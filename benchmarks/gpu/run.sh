@@ -24,7 +24,8 @@ if ! python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/d
 fi
 pip install -q packaging ninja wheel einops setuptools >>"$RESULTS/install.log" 2>&1
 pip install -q -e . -e ./plugins/attention_sdpa -e ./plugins/attention_flash -e ./plugins/mamba1 \
-  -e ./plugins/mamba2 -e ./plugins/shortconv -e './plugins/triton[gpu]' >>"$RESULTS/install.log" 2>&1 \
+  -e ./plugins/mamba2 -e ./plugins/shortconv -e './plugins/triton[gpu]' -e './plugins/gdn[fla]' \
+  >>"$RESULTS/install.log" 2>&1 \
   || { log "mixboard's plugins did not install (see install.log)"; exit 1; }
 # The plugins' GPU extras. Their setup.py fetches a prebuilt wheel matching this torch, CUDA and Python
 # from the project's releases, else compiles (tens of minutes): bounded, and skipped where importable.
@@ -39,7 +40,8 @@ mixboard backends >"$RESULTS/backends.txt"  # what this machine serves, and why 
 
 # 2. The conformance kit, quick mode, every dtype each backend declares, on the GPU.
 echo "| backend | kit (quick mode, cuda) |" >"$RESULTS/kit.md"; echo "| --- | --- |" >>"$RESULTS/kit.md"
-for b in flash_attn mamba1_cuda mamba2_triton short_conv_cuda triton_attn short_conv_triton mamba1_triton; do
+for b in flash_attn mamba1_cuda mamba2_triton short_conv_cuda triton_attn short_conv_triton mamba1_triton \
+         gdn_fla; do
   log "mixboard check $b"
   timeout 240 mixboard check "$b" --device cuda >"$RESULTS/check_$b.log" 2>&1
   rc=$?

@@ -1,7 +1,8 @@
-"""The entry point ``gdn``: the kind ``gated_delta_net`` and its portable backend."""
+"""The entry point ``gdn``: the kind ``gated_delta_net``, its portable backend and the one on fla-core's kernels."""
 
 from mixboard import hookimpl
 
+from .fla_backend import GdnFla
 from .kind import GATED_DELTA_NET
 from .torch_backend import GdnTorch
 
@@ -13,4 +14,4 @@ def mixboard_kinds():
 
 @hookimpl
 def mixboard_backends():
-    return [GdnTorch]
+    return [GdnTorch, GdnFla]

@@ -55,15 +55,7 @@ class GdnTorchImpl(GatedDeltaNetImpl):
         head ([T, Hv, Dk], q scaled, both L2-normalised with qk_l2norm) and v [T, Hv, Dv], float32."""
         spec = self.spec
         Hk, Hv, Dk, Dv = spec.num_k_heads, spec.num_v_heads, spec.head_k_dim, spec.head_v_dim
-        x = qkv.float() if qkv.dtype in (torch.bfloat16, torch.float16) else qkv  # taps summed in float32
-        weight = weights.conv_weight.to(x.dtype)
-        bias = None if weights.conv_bias is None else weights.conv_bias.to(x.dtype)
-        if step.num_decodes == step.num_tokens:  # decodes only: one window per sequence
-            x = causal_conv1d_step(x, weight, bias, conv_pool, step.decode_slots, activation="silu",
-                                   slot_range=step.decode_range)
-        else:
-            x = causal_conv1d(x, weight, bias, conv_pool, step.conv_index, activation="silu")
-        x = x.float()
+        x = self._conv(step, qkv, weights, conv_pool)
         T = x.shape[0]
         q = x[:, :Hk * Dk].reshape(T, Hk, Dk)
         k = x[:, Hk * Dk:2 * Hk * Dk].reshape(T, Hk, Dk)
@@ -75,6 +67,19 @@ class GdnTorchImpl(GatedDeltaNetImpl):
         if Hv != Hk:  # each query/key head serves Hv / Hk consecutive value heads
             q, k = q.repeat_interleave(Hv // Hk, dim=1), k.repeat_interleave(Hv // Hk, dim=1)
         return q, k, v
+
+    def _conv(self, step: SlotStep, qkv: torch.Tensor, weights: GatedDeltaNetWeights,
+              conv_pool: torch.Tensor) -> torch.Tensor:
+        """silu(conv) of every token, conv states read and written in their slots: [T, CD], float32."""
+        x = qkv.float() if qkv.dtype in (torch.bfloat16, torch.float16) else qkv  # taps summed in float32
+        weight = weights.conv_weight.to(x.dtype)
+        bias = None if weights.conv_bias is None else weights.conv_bias.to(x.dtype)
+        if step.num_decodes == step.num_tokens:  # decodes only: one window per sequence
+            x = causal_conv1d_step(x, weight, bias, conv_pool, step.decode_slots, activation="silu",
+                                   slot_range=step.decode_range)
+        else:
+            x = causal_conv1d(x, weight, bias, conv_pool, step.conv_index, activation="silu")
+        return x.float()
 
     def _output(self, o: torch.Tensor, z: torch.Tensor, weights: GatedDeltaNetWeights,
                 dtype: torch.dtype) -> torch.Tensor:
