@@ -20,7 +20,6 @@ class MixboardMambaMixer(MixboardLayer, MambaMixer):
         compat.keep_raw_weights(self.conv1d, self.x_proj, self.dt_proj)
         self._mixboard_init([why for why, present in (
             (f"activation {self.activation}", self.activation != "silu"),
-            ("dt/B/C RMSNorms (Jamba-style)", bool(self.use_rms_norm)),
             # x_proj is row-parallel: the kind would need an all-reduce inside it
             ("tensor parallelism", compat.tp_size(compat.current_vllm_config()) > 1),
             ("LoRA", bool(self.is_lora_enabled)),
@@ -31,7 +30,13 @@ class MixboardMambaMixer(MixboardLayer, MambaMixer):
 
         return Mamba1Spec(d_inner=self.intermediate_size, d_state=self.ssm_state_size, d_conv=self.conv_kernel_size,
                           dt_rank=self.time_step_rank, conv_bias=self.conv1d.bias is not None,
-                          dtype=torch_dtype_name(self.model_config.dtype))
+                          dtype=torch_dtype_name(self.model_config.dtype), **self._norm_fields())
+
+    def _norm_fields(self):
+        """Jamba's dt/B/C RMSNorms, which the kind applies (dt_bc_norms): their epsilon."""
+        if not self.use_rms_norm:
+            return {}
+        return dict(dt_bc_norms=True, norm_eps=self.dt_layernorm.variance_epsilon)
 
     def _mixboard_weights(self):
         if self._weights is None:
@@ -41,7 +46,10 @@ class MixboardMambaMixer(MixboardLayer, MambaMixer):
             self._weights = Mamba1Weights(
                 conv_weight=w.view(w.size(0), w.size(2)), conv_bias=self.conv1d.bias,
                 x_proj_weight=self.x_proj.weight, dt_proj_weight=self.dt_proj.weight,
-                dt_proj_bias=self.dt_proj.bias, A=self.A.to(w.dtype), D=self.D)
+                dt_proj_bias=self.dt_proj.bias, A=self.A.to(w.dtype), D=self.D,
+                # ones where the checkpoint's norms have no weight (rms_norm_has_weight=False)
+                **({f"{part}_norm_weight": getattr(self, f"{part}_layernorm").weight.data for part in ("dt", "b", "c")}
+                   if self.use_rms_norm else {}))
         return self._weights
 
     def _kind_inputs(self, p):
