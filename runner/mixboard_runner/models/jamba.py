@@ -20,10 +20,11 @@ from .model import Block, CausalLM, ModelInfo, Trunk
 from .ops import Embedding, RMSNorm
 
 
-def _every(cfg: ConfigReader, what: str, n_layers: int) -> list[bool]:
-    """Which layers are ``what`` (attn or expert): i % <what>_layer_period == <what>_layer_offset."""
-    period = cfg.size(f"{what}_layer_period")
-    offset = cfg.size(f"{what}_layer_offset", low=0)
+def _every(cfg: ConfigReader, what: str, n_layers: int, period: int, offset: int) -> list[bool]:
+    """Which layers are ``what`` (attn or expert): i % <what>_layer_period == <what>_layer_offset
+    (``period`` and ``offset``: transformers' defaults, where the config has none)."""
+    period = cfg.size(f"{what}_layer_period", period)
+    offset = cfg.size(f"{what}_layer_offset", offset, low=0)
     if offset >= period:
         raise ModelError(f"config.json: '{what}_layer_offset' ({offset}) must be below "
                          f"'{what}_layer_period' ({period})")
@@ -34,7 +35,7 @@ def build(cfg: ConfigReader, dtype: str) -> CausalLM:
     hidden, n_layers = cfg.size("hidden_size"), cfg.layers()
     eps = cfg.number("rms_norm_eps", 1e-6, zero_ok=True)
     cfg.choice("hidden_act", "silu", ("silu",))
-    attention, experts_here = _every(cfg, "attn", n_layers), _every(cfg, "expert", n_layers)
+    attention, experts_here = _every(cfg, "attn", n_layers, 8, 4), _every(cfg, "expert", n_layers, 2, 1)
     heads = cfg.size("num_attention_heads")
     kv_heads = cfg.size("num_key_value_heads", heads)
     cfg.divisible("num_attention_heads", heads, "num_key_value_heads", kv_heads)
