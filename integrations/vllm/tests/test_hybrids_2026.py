@@ -6,7 +6,8 @@ the same mode. One engine per model and side; vLLM alone's runs are the session'
 
 Nemotron-H with expert blocks does not start in vLLM 0.32's CPU build: its experts are not gated
 (relu2), and vLLM's FusedMoE takes those on CUDA, XPU and ROCm only. The experts are vLLM's own
-with mixboard too, so it fails the same way with it; the last test pins that down."""
+with mixboard too, so it fails the same way with it; a test pins that down. The last one runs
+Falcon-H1 under a lock written by mixboard's own CLI, whose layer names are not vLLM's."""
 
 import pytest
 
@@ -60,3 +61,23 @@ def test_nemotron_h_with_experts_fails_start_up_in_vllms_cpu_build(side, workdir
     env = {"MIXBOARD_VLLM": "0"} if side == "vllm_alone" else None
     r = run(workdir, f"nemotron_h_experts_{side}", checkpoint("nemotron_h"), env, COMPILED)
     assert r.rc != 0 and NO_CPU_MOE in r.log, r.log[-3000:]
+
+
+def test_a_falcon_h1_lock_written_by_mixboard_is_honoured(workdir, checkpoint, native):
+    """The runner names block i's Mamba-2 ``model.layers.i.mamba``, vLLM ``model.{3 + i}.mixer``:
+    the lock's layers pair with vLLM's by kind in block order, and vLLM runs them as locked."""
+    import os
+    import subprocess
+    import sys
+
+    path = checkpoint("falcon_h1")
+    lock = os.path.join(workdir, "falcon_h1.lock")
+    made = subprocess.run([sys.executable, "-m", "mixboard_runner", "lock", path, "--backend", "mamba2=mamba2_torch",
+                           "-o", lock, "--force"], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("MIXBOARD_")})
+    assert made.returncode == 0, made.stderr[-3000:]
+    r = ok(run(workdir, "falcon_h1_lock", path, {"MIXBOARD_LOCK": lock}, COMPILED))
+    assert r.ids == native("falcon_h1", COMPILED)
+    assert {layer: backend for layer, (_, backend, why) in r.table.items() if why == "forced by lock"} == {
+        **{f"model.{3 + i}.mixer": "mamba2_torch" for i in range(3)},
+        **{f"model.layers.{i}.attn": "sdpa_cpu" for i in range(3)}}

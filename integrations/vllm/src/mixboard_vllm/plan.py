@@ -199,8 +199,10 @@ def _lock_names(lock, layers) -> dict[str, str]:
     """vLLM's layer name -> the lock's. Engines name a block's mixer differently (the runner's
     ``model.layers.1.self_attn`` is vLLM's ``model.layers.1.self_attn.attn``, LFM2's ``...0.conv`` its
     ``...0.short_conv``), so a layer not in the lock by name is matched by its kind and block number
-    (the first number in its name): each block has one mixer of a kind. Unmatched names stay as they
-    are, and the lock then says it does not know them."""
+    (the first number in its name): each block has one mixer of a kind. vLLM numbers some layers
+    its own way (Falcon-H1's Mamba-2 of block i is its ``model.{L+i}.mixer``, L blocks): a kind's
+    layers still unmatched then pair with the lock's unclaimed ones in block order, where both sides
+    hold as many. Unmatched names stay as they are, and the lock then says it does not know them."""
     by_block: dict[tuple[str, str], list[str]] = {}
     for name, (kind, _, _) in lock.choices.items():
         by_block.setdefault((kind, _block(name)), []).append(name)
@@ -208,12 +210,22 @@ def _lock_names(lock, layers) -> dict[str, str]:
     for name, kind, _ in layers:
         found = by_block.get((kind, _block(name)), [])
         names[name] = name if name in lock.choices or len(found) != 1 else found[0]
+    claimed = set(names.values())
+    for kind in {kind for _, kind, _ in layers}:
+        ours = [n for n, k, _ in layers if k == kind and names[n] not in lock.choices]
+        theirs = [n for n, (k, _, _) in lock.choices.items() if k == kind and n not in claimed]
+        if ours and len(ours) == len(theirs):
+            names.update(zip(sorted(ours, key=_block_number), sorted(theirs, key=_block_number)))
     return names
 
 
 def _block(name: str) -> str:
     number = re.search(r"\.(\d+)\.", name + ".")
     return number.group(1) if number else ""
+
+
+def _block_number(name: str) -> int:
+    return int(_block(name) or -1)
 
 
 def init_log():
