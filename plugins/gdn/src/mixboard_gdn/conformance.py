@@ -43,7 +43,8 @@ GATED_DELTA_NET = KindAdapter(
         ("chunk5", dict(chunk_size=5)),
         ("d_conv2", dict(d_conv=2)),
         ("conv_bias", dict(conv_bias=True)),
-        ("state_float32", dict(state_dtype="float32")),
+        ("state_float32", dict(state_dtype="float32")),  # with bfloat16, vLLM's layout: conv state bfloat16
+        ("conv_state_float32", dict(conv_state_dtype="float32")),
     ),
     real=dict(num_k_heads=1, num_v_heads=2, head_k_dim=128, head_v_dim=128, d_conv=4, chunk_size=64),  # Qwen3-Next's
     long_shapes=(("state_float32", dict(state_dtype="float32")),),

@@ -20,6 +20,7 @@ class InputChecks:
         self.spec = spec
         self.dtype = torch_dtype(spec.dtype)
         self.state_dtype = torch_dtype(spec.state_dtype or spec.dtype)
+        self.conv_state_dtype = torch_dtype(spec.conv_state_dtype or spec.dtype)
         self._checked: tuple[Any, torch.device] | None = None
 
     def __call__(self, layer: str, qkv: Any, z: Any, b: Any, a: Any, weights: Any, state: Mapping[str, Any],
@@ -37,7 +38,8 @@ class InputChecks:
             self._checked = (weights, device)
         expect_state(layer, state, ("conv", "ssm"))
         conv, ssm = state["conv"], state["ssm"]
-        expect(layer, "state['conv']", conv, (None, spec.conv_dim, spec.d_conv - 1), self.state_dtype, device)
+        expect(layer, "state['conv']", conv, (None, spec.conv_dim, spec.d_conv - 1), self.conv_state_dtype,
+               device)
         expect(layer, "state['ssm']", ssm, (None, Hv, spec.head_k_dim, spec.head_v_dim), self.state_dtype, device)
         expect_pool(layer, "state['conv']", conv)
         expect_pool(layer, "state['ssm']", ssm)

@@ -21,6 +21,7 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Mapping
 
 from mixboard import StateSpec
+from mixboard.dtypes import DTYPES
 from mixboard.kinds import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
 if TYPE_CHECKING:
@@ -33,7 +34,9 @@ class GatedDeltaNetSpec(MixerSpec):
     query/key head serves num_v_heads / num_k_heads consecutive value heads). head_k_dim: 128. head_v_dim:
     128. d_conv: 4. conv_bias: False. chunk_size: 64 (a hint for chunked prefills; results do not depend on
     it). qk_l2norm: True (q and k are L2-normalised per head, eps 1e-6, as fla's use_qk_l2norm_in_kernel).
-    norm_eps: 1e-6. state_dtype: None means dtype. gated_norm: True: the backend applies the per-head
+    norm_eps: 1e-6. state_dtype: the recurrent state's dtype, conv_state_dtype: the conv state's; None means
+    dtype (vLLM keeps a bfloat16 model's recurrent state in float32 and its conv state in bfloat16).
+    gated_norm: True: the backend applies the per-head
     RMSNorm and the gate and returns their output. False: it returns o = S^T q before both; z arrives and is
     ignored, ``weights.norm_weight`` may be None and is not read, norm_eps means nothing."""
 
@@ -47,6 +50,7 @@ class GatedDeltaNetSpec(MixerSpec):
     qk_l2norm: bool = True
     norm_eps: float = 1e-6
     state_dtype: str | None = None
+    conv_state_dtype: str | None = None
     gated_norm: bool = True
 
     def validate(self) -> None:
@@ -55,6 +59,8 @@ class GatedDeltaNetSpec(MixerSpec):
         require(self.num_v_heads % self.num_k_heads == 0,
                 f"num_v_heads ({self.num_v_heads}) must be a multiple of num_k_heads ({self.num_k_heads})")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
+        require(self.conv_state_dtype is None or self.conv_state_dtype in DTYPES,
+                f"conv_state_dtype must be one of {', '.join(DTYPES)} or none, not {self.conv_state_dtype!r}")
 
     def canonical(self) -> dict[str, Any]:
         """Without the gated norm, norm_eps means nothing: every value of it is one spec (None)."""
@@ -103,10 +109,11 @@ class GatedDeltaNetImpl(MixerImpl):
     z: [T, Hv * Dv]. The gate (ignored with ``gated_norm=False``).
     b: [T, Hv]. beta before its sigmoid.  a: [T, Hv]. The raw time step.
     weights: ``GatedDeltaNetWeights``.
-    state (canonical, 'slots', in ``state_dtype or dtype``):
-        ``conv`` [num_slots, CD, W - 1]: the last W - 1 conv inputs (raw
-        qkv, before the conv), oldest first; zeros where the sequence has
-        seen fewer. ``ssm`` [num_slots, Hv, Dk, Dv]: S after the last token.
+    state (canonical, 'slots'):
+        ``conv`` [num_slots, CD, W - 1], in ``conv_state_dtype or dtype``:
+        the last W - 1 conv inputs (raw qkv, before the conv), oldest first;
+        zeros where the sequence has seen fewer. ``ssm`` [num_slots, Hv, Dk,
+        Dv], in ``state_dtype or dtype``: S after the last token.
     meta: the builder's output for the step.
     Returns: [T, Hv * Dv] before ``out_proj``, in the dtype of qkv.
 
@@ -138,10 +145,9 @@ class GatedDeltaNetImpl(MixerImpl):
 
 
 def gdn_state(spec: GatedDeltaNetSpec) -> StateSpec:
-    dtype = spec.state_dtype or spec.dtype
     return StateSpec.slots(
-        conv=((spec.conv_dim, spec.d_conv - 1), dtype),
-        ssm=((spec.num_v_heads, spec.head_k_dim, spec.head_v_dim), dtype),
+        conv=((spec.conv_dim, spec.d_conv - 1), spec.conv_state_dtype or spec.dtype),
+        ssm=((spec.num_v_heads, spec.head_k_dim, spec.head_v_dim), spec.state_dtype or spec.dtype),
     )
 
 
