@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # This tree's distributions, installed editable; a venv made before one was added gets it on the next run.
 LOCAL="-e . -e ./plugins/attention_sdpa -e ./plugins/attention_flash -e ./plugins/mamba1 -e ./plugins/mamba2
-  -e ./plugins/shortconv -e ./plugins/cpu -e ./examples/acme_plugin -e ./integrations/vllm
+  -e ./plugins/shortconv -e ./plugins/cpu -e ./plugins/gdn -e ./examples/acme_plugin -e ./integrations/vllm
   -e ./integrations/vllm/tests/skew_plugin"
 if [ ! -x .venv-vllm/bin/python ]; then
   python3 -m venv .venv-vllm

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROW = re.compile(r"(\S+)\s+(attention|mamba1|mamba2|short_conv)\s+(\S+)\s+"
+ROW = re.compile(r"(\S+)\s+(attention|mamba1|mamba2|short_conv|gated_delta_net)\s+(\S+)\s+"
                  r"(forced by \S+|preferred by \S+|highest priority available)")
 PLAN = re.compile(r"mixboard-vllm plan, rank (\d+) of (\d+), .*?fingerprint ([0-9a-f]{16})")
 

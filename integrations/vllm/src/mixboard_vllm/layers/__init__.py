@@ -5,6 +5,7 @@ from __future__ import annotations
 
 def register_layers() -> list[str]:
     from .. import compat
+    from .gdn import MixboardGatedDeltaNet
     from .mamba1 import MixboardMambaMixer
     from .mamba2 import MixboardMambaMixer2
     from .short_conv import MixboardShortConv
@@ -12,4 +13,5 @@ def register_layers() -> list[str]:
     compat.replace_layer(MixboardMambaMixer2, "MambaMixer2")
     compat.replace_layer(MixboardMambaMixer, "MambaMixer")
     compat.replace_layer(MixboardShortConv, "ShortConv")
-    return ["mamba2", "mamba1", "short_conv"]
+    compat.replace_layer(MixboardGatedDeltaNet, "QwenGatedDeltaNetAttention")
+    return ["mamba2", "mamba1", "short_conv", "gated_delta_net"]
