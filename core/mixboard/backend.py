@@ -39,7 +39,7 @@ from .errors import UsageError
 from .kinds import builtin_kind
 
 if TYPE_CHECKING:
-    from .environment import Environment
+    from .environment_facts import Environment
     from .kinds import Kind
     from .metadata import CommonBatchMetadata
     from .options import Option, OptionValues

@@ -2,17 +2,21 @@
 architecture, NVIDIA compute capability, CPU features and torch version.
 Detected from the machine, or simulated to ask "what would run on an H100,
 an MI300X, a Sapphire Rapids CPU?" from a laptop (``--arch sm_90``,
-``--arch gfx942``, ``--device cpu --cpu-features amx``)."""
+``--arch gfx942``, ``--device cpu --cpu-features amx``).
+
+The record itself is environment_facts.py's (re-exported here): getting one
+reads the devices plugins describe, which the record's readers sit below."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 
 from . import cpu_features as _features
+from .environment_facts import Environment
 from .errors import UsageError
+from .plugins import loaded
 
 # torch's device types, in-tree and common out-of-tree (privateuse1) names;
 # plugins add the out-of-tree devices they describe (known_devices()).
@@ -23,109 +27,8 @@ _GFX = re.compile(r"gfx\d{1,2}[0-9a-f]{2}")  # gfx90a, gfx942, gfx1100
 ARCH_HELP = ("write sm_XY for NVIDIA (sm_80, sm_90, sm_90a, sm_100) or gfxNNN for AMD (gfx90a, gfx942, gfx1100); "
              "a plugin's device takes its own names, with --device")
 
-
-@dataclass(frozen=True)
-class Environment:
-    """What a backend's ``check(spec, env)`` reads.
-
-    Fields:
-
-    * ``device``: torch's device type: ``"cpu"``, ``"cuda"`` (NVIDIA *and*
-      AMD ROCm GPUs: torch calls both cuda), ``"mps"``, ``"xpu"``, or an
-      out-of-tree device a plugin describes (``mixboard.Device``).
-    * ``runtime``: the GPU software stack on device cuda: ``"cuda"`` (NVIDIA)
-      or ``"rocm"`` (AMD, HIP); None on cpu and where unknown (``--device
-      cuda`` alone); a plugin's device may name its own.
-    * ``arch``: the GPU architecture: ``"sm_90"``, ``"sm_80"`` (NVIDIA),
-      ``"gfx942"``, ``"gfx90a"`` (AMD), a plugin device's name; None on cpu.
-    * ``capability``: the NVIDIA compute capability, e.g. ``(9, 0)``; None
-      on every other GPU: an AMD GPU has none (its 9.4 is not Hopper's 9.0).
-    * ``cpu_features``: a frozenset from ``mixboard.cpu_features.CPU_FEATURES``:
-      avx2, avx512, avx512_vnni, avx512_bf16, amx, neon, sve.
-    * ``torch_version``.
-
-    Helpers for ``check()``::
-
-        env.is_nvidia, env.is_rocm          # runtime "cuda" / "rocm"
-        env.capability_at_least(8, 0)       # False off NVIDIA and where unknown
-        env.has_cpu_feature("avx512")       # an unknown name raises ValueError
-        env.arch in ("gfx90a", "gfx942")    # an AMD check names architectures
-
-    For example::
-
-        if env.is_nvidia and not env.capability_at_least(8, 0):
-            reasons.append(f"needs compute capability 8.0 or newer; this GPU has {env.capability_text}")
-        if env.is_rocm and env.arch not in ("gfx90a", "gfx942"):
-            reasons.append(f"supports MI200 and MI300 (gfx90a, gfx942); this GPU is {env.arch}")
-        if env.device == "cpu" and not env.has_cpu_feature("avx512"):
-            reasons.append("needs a CPU with AVX-512")
-
-    An environment given an NVIDIA capability alone is completed with
-    runtime ``"cuda"`` and its arch (``Environment("cuda", (9, 0))`` is
-    ``sm_90``); a ROCm one given a capability is a ValueError.
-    """
-
-    device: str = "cpu"
-    capability: tuple[int, int] | None = None  # NVIDIA compute capability only
-    torch_version: str = ""
-    runtime: str | None = None
-    arch: str | None = None
-    cpu_features: frozenset[str] = field(default_factory=frozenset)
-
-    def __post_init__(self):
-        if not isinstance(self.cpu_features, frozenset):
-            object.__setattr__(self, "cpu_features", frozenset(self.cpu_features))
-        if self.capability is None:
-            return
-        if self.runtime not in (None, "cuda"):
-            raise ValueError(f"capability is an NVIDIA compute capability; a {self.runtime} environment has none "
-                             f"(arch names its GPU)")
-        if self.runtime is None:
-            object.__setattr__(self, "runtime", "cuda")
-        if self.arch is None:
-            object.__setattr__(self, "arch", f"sm_{self.capability[0]}{self.capability[1]}")
-
-    @property
-    def is_nvidia(self) -> bool:
-        return self.runtime == "cuda"
-
-    @property
-    def is_rocm(self) -> bool:
-        return self.runtime == "rocm"
-
-    def capability_at_least(self, major: int, minor: int = 0) -> bool:
-        """True on an NVIDIA GPU of this compute capability or newer; False
-        on any other device, on ROCm and where the capability is unknown."""
-        return self.capability is not None and self.capability >= (major, minor)
-
-    def has_cpu_feature(self, name: str) -> bool:
-        if name not in _features.FLAGS:
-            raise ValueError(f"unknown CPU feature {name!r}; known: {', '.join(_features.CPU_FEATURES)}")
-        return name in self.cpu_features
-
-    @property
-    def capability_text(self) -> str | None:
-        return None if self.capability is None else f"{self.capability[0]}.{self.capability[1]}"
-
-    def to_dict(self) -> dict:
-        return {"device": self.device, "capability": self.capability_text, "torch_version": self.torch_version,
-                "runtime": self.runtime, "arch": self.arch, "cpu_features": _features.ordered(self.cpu_features)}
-
-    def __str__(self) -> str:
-        hardware = self.describe()
-        return f"{self.device}{f' ({hardware})' if hardware else ''}, torch {self.torch_version or 'unknown'}"
-
-    def describe(self) -> str:
-        """The hardware in words: "NVIDIA sm_90, capability 9.0", "AMD ROCm gfx942", "avx2, avx512"."""
-        if self.device == "cpu":
-            return ", ".join(_features.ordered(self.cpu_features)) or "none of the listed CPU features"
-        if self.is_nvidia:
-            return f"NVIDIA {self.arch}, capability {self.capability_text}" if self.capability else f"NVIDIA {self.arch or 'GPU'}"
-        if self.is_rocm:
-            return f"AMD ROCm {self.arch or 'GPU'}"
-        if self.device == "cuda":
-            return "GPU unknown: --arch says which"
-        return " ".join(p for p in (self.runtime, self.arch) if p)
+__all__ = ["Environment", "detect", "simulate", "for_device", "resolve", "known_devices", "parse_capability",
+           "parse_gpu_arch", "KNOWN_DEVICES", "ARCH_HELP"]
 
 
 def parse_capability(text: str) -> tuple[int, int]:
@@ -155,9 +58,7 @@ def _installed_torch_version() -> str:
 
 
 def _plugin_devices() -> dict:
-    from .registry import get_registry  # late: the registry imports this module
-
-    return get_registry().devices
+    return loaded().devices  # the same scan get_registry() makes, once per process
 
 
 def known_devices() -> tuple[str, ...]:

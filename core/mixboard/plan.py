@@ -14,7 +14,7 @@ import math
 from functools import cached_property
 from typing import Any, Mapping
 
-from .environment import Environment
+from .environment_facts import Environment
 from .option_rules import with_options
 from .options import OptionValues
 from .selection import Selection

@@ -158,6 +158,24 @@ def load(entry_points: Iterable[metadata.EntryPoint] | None = None) -> Loaded:
     return loaded
 
 
+_LOADED: Loaded | None = None
+
+
+def loaded() -> Loaded:
+    """The installed plugins, scanned and loaded once per process: what ``get_registry()`` holds,
+    and where ``mixboard.environment`` finds the devices plugins describe."""
+    global _LOADED
+    if _LOADED is None:
+        _LOADED = load()
+    return _LOADED
+
+
+def forget_loaded() -> None:
+    """Scan again on the next ``loaded()`` (``reload_registry()``, after installing a plugin)."""
+    global _LOADED
+    _LOADED = None
+
+
 def _distribution(ep: metadata.EntryPoint) -> tuple[str | None, str | None]:
     """The name and version of the distribution that publishes ``ep`` (None, None for one made by hand)."""
     dist = getattr(ep, "dist", None)

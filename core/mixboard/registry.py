@@ -14,13 +14,14 @@ from typing import Any, Iterable, Mapping
 from . import option_rules
 from .backend import state_of
 from .devices import Device
-from .environment import Environment, detect
+from .environment import detect
+from .environment_facts import Environment
 from .errors import SelectionError, UsageError, did_you_mean
 from .kinds import BUILTIN_KINDS, Kind
 from .overrides import Overrides
 from .phases import DECODE, PHASES, PREFILL
 from .plan import LayerPlan, Plan
-from .plugins import BackendEntry, Loaded, PluginRecord, load
+from .plugins import BackendEntry, Loaded, PluginRecord, forget_loaded, loaded
 from .selection import Candidate, Selection, rank
 from .state import describe_state, same_records
 
@@ -412,7 +413,7 @@ def get_registry() -> Registry:
     """The process-wide registry: entry points scanned and loaded once."""
     global _REGISTRY
     if _REGISTRY is None:
-        _REGISTRY = Registry(load())
+        _REGISTRY = Registry(loaded())
     return _REGISTRY
 
 
@@ -420,4 +421,5 @@ def reload_registry() -> Registry:
     """Scan entry points again (after installing a plugin in this process)."""
     global _REGISTRY
     _REGISTRY = None
+    forget_loaded()
     return get_registry()

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from .backend import ANY_DEVICE, SUPPORTED_API_VERSIONS
-from .environment import Environment
+from .environment_facts import Environment
 from .plugins import BackendEntry
 from .state import StateSpec
 
