@@ -150,8 +150,8 @@ def test_the_kits_inputs_put_tied_experts_at_the_k_th_place():
 
 
 class _HighestOnTies(MoETorchImpl):
-    def route(self, x):  # the higher expert index first among equals: wrong
-        experts, weights = super().route(x)
+    def route(self, x, logits=None):  # the higher expert index first among equals: wrong
+        experts, weights = super().route(x, logits)
         logits = torch.nn.functional.linear(x.float(), self.router, self.router_bias).flip(-1)
         flipped = logits.sort(dim=-1, descending=True, stable=True).indices[:, :self.spec.top_k]
         return self.spec.num_experts - 1 - flipped, weights
@@ -169,6 +169,53 @@ def test_the_kit_fails_a_backend_that_breaks_ties_the_other_way():
     report = run_suite(HighestOnTies, "cpu", ("float32",))
     failed = [r for r in report.results if r.status == "fail"]
     assert any(r.case == "rows[float32]" for r in failed), [(r.case, r.status) for r in report.results]
+
+
+def test_the_callers_logits_tie_where_they_decide():
+    """With logits_input the kit draws the logits: experts 1 and 2 equal in every row, straddling the
+    k-th place in some."""
+    adapter = OP_ADAPTERS["moe"]
+    spec = MoESpec(**adapter.base, logits_input=True)
+    call, = adapter.calls_of(spec)
+    logits = call.draw(spec, 37, torch.Generator().manual_seed(1), 0)["logits"]
+    assert logits.dtype == torch.float32 and torch.equal(logits[:, TIED[0]], logits[:, TIED[1]])
+    ranks = logits.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)
+    assert int(((ranks[:, TIED[0]] == spec.top_k - 1) & (ranks[:, TIED[1]] == spec.top_k)).sum()) >= 2
+
+
+class _OwnRouter(MoETorchImpl):
+    def route(self, x, logits=None):  # the caller's logits ignored: a router of its own (wrong)
+        if logits is not None:
+            logits = logits.flip(-1)
+        return super().route(x, logits)
+
+
+class OwnRouter(MoETorch):
+    name = "moe_own_router"
+
+    @classmethod
+    def make_impl(cls, spec, env):
+        return _OwnRouter(spec)
+
+
+def test_the_kit_fails_a_backend_that_misreads_the_callers_logits():
+    report = run_suite(OwnRouter, "cpu", ("float32",))
+    failed = {r.case for r in report.results if r.status == "fail"}
+    assert {"shape-logits_sigmoid[float32]", "shape-logits_softmax[float32]"} <= failed, failed
+    assert "rows[float32]" not in failed
+
+
+def test_a_logits_input_layer_called_without_logits_says_so():
+    spec = MoESpec(**OP_ADAPTERS["moe"].base, logits_input=True)
+    impl = MoETorchImpl(spec)
+    impl.load(OP_ADAPTERS["moe"].weights(spec, torch.Generator().manual_seed(0)))
+    with pytest.raises(ValueError, match="takes the router logits"):
+        impl.forward(torch.zeros(2, spec.hidden_size, dtype=torch.float64))
+
+
+def test_logits_input_leaves_the_router_bias_to_the_caller():
+    with pytest.raises(Exception, match="router_bias"):
+        MoESpec(logits_input=True, router_bias=True)
 
 
 transformers = pytest.importorskip("transformers")

@@ -40,7 +40,11 @@ class MoESpec(MixerSpec):
     routed_scaling: a factor on every chosen weight (1.0).
     router_bias: a bias added to the router logits (False).
     selection_bias: a bias added to the scores for choosing only, not to
-    the weights (Nemotron-H's e_score_correction_bias; False)."""
+    the weights (Nemotron-H's e_score_correction_bias; False).
+    logits_input: the caller's own router makes the logits and hands them
+    to ``forward(x, logits)``, the weights then hold no router (an engine
+    that keeps its gate outside the experts: vLLM's FusedMoE); everything
+    after the logits is the kind's (False)."""
 
     hidden_size: int = 1024
     num_experts: int = 8
@@ -52,6 +56,7 @@ class MoESpec(MixerSpec):
     routed_scaling: float = 1.0
     router_bias: bool = False
     selection_bias: bool = False
+    logits_input: bool = False
 
     def validate(self) -> None:
         require(self.hidden_size > 0 and self.intermediate_size > 0,
@@ -63,6 +68,8 @@ class MoESpec(MixerSpec):
                 f"activation must be one of {', '.join(ACTIVATIONS)}, not {self.activation!r}")
         require(self.gating in GATINGS, f"gating must be one of {', '.join(GATINGS)}, not {self.gating!r}")
         require(self.routed_scaling > 0, "routed_scaling must be positive")
+        require(not (self.logits_input and self.router_bias),
+                "router_bias is the router's: with logits_input the caller's router adds it")
 
     @property
     def gated(self) -> bool:
@@ -76,8 +83,8 @@ class MoESpec(MixerSpec):
 
 
 class MoEWeights(Record):
-    """router: [num_experts, hidden_size]; router_bias, selection_bias:
-    [num_experts] or None; gate_up: [num_experts, rows, hidden_size], rows
+    """router: [num_experts, hidden_size] (None with logits_input);
+    router_bias, selection_bias: [num_experts] or None; gate_up: [num_experts, rows, hidden_size], rows
     2 x intermediate_size for silu (the gate's rows, then up's) or
     intermediate_size for relu2 (up's); down: [num_experts, hidden_size,
     intermediate_size]."""
@@ -86,17 +93,20 @@ class MoEWeights(Record):
 
 
 class MoEImpl(OpImpl):
-    """The impl interface of kind ``moe``: ``load(MoEWeights)``, then ``forward(x)``.
+    """The impl interface of kind ``moe``: ``load(MoEWeights)``, then ``forward(x)``
+    (``forward(x, logits)`` with logits_input).
 
-    weights: router [num_experts, hidden_size]; router_bias [num_experts]
+    weights: router [num_experts, hidden_size] (None with logits_input); router_bias [num_experts]
     or None; selection_bias [num_experts] or None; gate_up [num_experts,
     rows, hidden_size], rows 2 x intermediate_size for silu (the gate's
     rows, then up's: transformers' gate_up_proj) or intermediate_size for
     relu2 (Nemotron-H's up_proj); down [num_experts, hidden_size,
     intermediate_size] (down_proj).
-    x: [T, hidden_size]. Returns [T, hidden_size] in the layer's dtype. Per token:
+    x: [T, hidden_size]; logits: None, or with logits_input the caller's
+    router logits [T, num_experts] (float32 or the layer's dtype).
+    Returns [T, hidden_size] in the layer's dtype. Per token:
 
-        logits = router @ x + router_bias                  (float32 at least)
+        logits = router @ x + router_bias, or as given     (float32 at least)
         scores = softmax(logits)    softmax_topk
                  logits             topk_softmax
                  sigmoid(logits)    sigmoid_topk
@@ -118,8 +128,8 @@ class MoEImpl(OpImpl):
         """Keep the router and the experts' weights (as they are, or re-laid)."""
 
     @abstractmethod
-    def forward(self, x: "Tensor") -> "Tensor":
-        """[T, hidden_size] -> [T, hidden_size]."""
+    def forward(self, x: "Tensor", logits: "Tensor | None" = None) -> "Tensor":
+        """[T, hidden_size] (and [T, num_experts] with logits_input) -> [T, hidden_size]."""
 
 
 MOE = Kind(
@@ -130,5 +140,5 @@ MOE = Kind(
     description="a mixture of experts: router, top-k choice, the chosen experts' products, their weighted sum",
     install_hint="moe_torch ships with mixboard itself; reinstall mixboard",
     conformance="mixboard.testing.conformance.op_kinds:MOE",
-    row_inputs={"forward": 1},
+    row_inputs={"forward": 2},
 )

@@ -97,18 +97,23 @@ class ArgmaxOracle(_Loaded, ArgmaxImpl):
 
 
 class MoEOracle(_Loaded, MoEImpl):
-    """One token at a time: its router logits, its experts chosen in Python, their products summed."""
+    """One token at a time: its router logits (or the caller's), its experts chosen in Python, their
+    products summed."""
 
     spec_type = MoESpec
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([self._token(row) for row in x.double()]).to(self.dtype)
+    def forward(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
+        given = [None] * x.shape[0] if logits is None else logits.double()
+        return torch.stack([self._token(row, g) for row, g in zip(x.double(), given)]).to(self.dtype)
 
-    def _token(self, x: torch.Tensor) -> torch.Tensor:
+    def _token(self, x: torch.Tensor, given: torch.Tensor | None) -> torch.Tensor:
         spec, w = self.spec, self.weights
-        logits = w.router.double() @ x
-        if w.router_bias is not None:
-            logits = logits + w.router_bias.double()
+        if spec.logits_input:
+            logits = given
+        else:
+            logits = w.router.double() @ x
+            if w.router_bias is not None:
+                logits = logits + w.router_bias.double()
         scores = {"softmax_topk": logits.softmax(-1), "topk_softmax": logits, "sigmoid_topk": logits.sigmoid()}[
             spec.gating]
         choice = scores if w.selection_bias is None else scores + w.selection_bias.double()

@@ -44,17 +44,24 @@ class MoETorchImpl(MoEImpl):
 
     def load(self, weights) -> None:
         # the router in float32 (a copy only in a half-precision layer: [E, hidden], small)
-        self.router = weights.router.float()
+        self.router = None if weights.router is None else weights.router.float()  # None: logits_input
         self.router_bias = None if weights.router_bias is None else weights.router_bias.float()
         self.selection_bias = None if weights.selection_bias is None else weights.selection_bias.float()
         self.gate_up, self.down = weights.gate_up, weights.down
 
-    def forward(self, x):
-        experts, weights = self.route(x)
+    def forward(self, x, logits=None):
+        experts, weights = self.route(x, logits)
         return self.combine(self.run_experts(x, experts), experts, weights, x.dtype)
 
-    def route(self, x):
-        logits = F.linear(x.float(), self.router, self.router_bias)
+    def route(self, x, logits=None):
+        """(experts, weights) of rows x; with logits_input, of the caller's router logits."""
+        if self.spec.logits_input:
+            if logits is None:
+                raise ValueError(f"{self.layer_name}: this moe layer takes the router logits (logits_input): "
+                                 "call forward(x, logits)")
+            logits = logits.float()
+        else:
+            logits = F.linear(x.float(), self.router, self.router_bias)
         return route(self.spec, logits, self.selection_bias)
 
     def run_experts(self, x, experts):

@@ -259,6 +259,8 @@ def _tie(t: torch.Tensor, spec) -> torch.Tensor:
 def moe_weights(spec, gen: torch.Generator) -> MoEWeights:
     e, h, i = spec.num_experts, spec.hidden_size, spec.intermediate_size
     router = _tie(_dyadic(_randn(gen, e, h, scale=h ** -0.5), 2 ** -10), spec)
+    if spec.logits_input:  # the caller's router makes the logits (moe_logits)
+        router = None
     router_bias = selection_bias = None
     if spec.router_bias:  # the last expert's bias high: (nearly) every row chooses it
         router_bias = _tie(_dyadic(_randn(gen, e, scale=0.5), 2 ** -6), spec)
@@ -276,10 +278,22 @@ def moe_rows(spec, rows: int, gen: torch.Generator) -> torch.Tensor:
     return _dyadic(_randn(gen, rows, spec.hidden_size), 1 / 8).to(torch_dtype(spec.dtype))
 
 
+def moe_logits(spec, rows: int, gen: torch.Generator) -> torch.Tensor:
+    """A caller's router logits in float32 (logits_input), of order one, in multiples of 2^-8 (exact in
+    every dtype the kind routes in), experts 1 and 2 equal in every row: ties wherever they straddle."""
+    logits = _dyadic(_randn(gen, rows, spec.num_experts), 2 ** -8)
+    if spec.num_experts > TIED[1]:
+        logits[:, TIED[1]] = logits[:, TIED[0]]
+    return logits.float()
+
+
 MOE = OpAdapter(
     kind="moe",
     base=dict(hidden_size=64, num_experts=8, top_k=2, intermediate_size=32),
-    calls=(OpCall("forward(x)", lambda s, t, g, step: {"x": moe_rows(s, t, g)}),),
+    calls=(OpCall("forward(x)", lambda s, t, g, step: {"x": moe_rows(s, t, g)},
+                  applies=lambda s: not s.logits_input),
+           OpCall("forward(x, logits)", lambda s, t, g, step: {"x": moe_rows(s, t, g), "logits": moe_logits(s, t, g)},
+                  applies=lambda s: s.logits_input)),
     oracle=MoEOracle,
     weights=moe_weights,
     shapes=(
@@ -288,6 +302,10 @@ MOE = OpAdapter(
         ("sigmoid", dict(gating="sigmoid_topk", activation="relu2", normalize_topk=True, routed_scaling=1.5,
                          selection_bias=True)),  # Nemotron-H
         ("relu2", dict(activation="relu2")),
+        # vLLM's Nemotron-H: its gate outside the experts hands over float32 logits
+        ("logits_sigmoid", dict(logits_input=True, gating="sigmoid_topk", activation="relu2", normalize_topk=True,
+                                routed_scaling=1.5, selection_bias=True)),
+        ("logits_softmax", dict(logits_input=True, normalize_topk=True)),
         ("top1", dict(top_k=1)),
         ("top_all", dict(top_k=8)),  # every expert gets every row
         ("router_bias", dict(router_bias=True)),  # one expert gets (nearly) every row
