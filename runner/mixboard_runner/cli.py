@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from . import check_command, locking, registry_commands, run_commands, tune
+from . import check_command, lock_command, registry_commands, run_commands, tune
 
 EPILOG = """examples:
   mixboard run                             generate with the built-in demo hybrid (all four kinds)
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     run_commands.add_commands(commands)
-    locking.add_commands(commands)
+    lock_command.add_commands(commands)
     tune.add_commands(commands)
     registry_commands.add_commands(commands)
     check_command.add_commands(commands)

@@ -218,7 +218,7 @@ def cmd_tune(args) -> int:
     from mixboard.lock import DEFAULT_LOCK, Lock, lock_data, plain_spec, write_lock
     from mixboard.option_rules import parse
 
-    from .locking import model_record
+    from .lock_command import model_record
 
     for name in ("prompt", "prefill_seqs", "batch", "context"):
         _positive(name.replace("_", "-"), getattr(args, name))
