@@ -10,6 +10,8 @@ from importlib import metadata
 
 from mixboard import Backend, StateSpec
 
+from .paging import PAGE_MULTIPLE
+
 MIN_CAPABILITY = (8, 0)  # "FlashAttention only supports Ampere GPUs or newer"
 # The architectures flash-attn's ROCm build (Composable Kernel) compiles for: its README's GPU_ARCHS
 # (MI200, MI300, MI350, RDNA 3 and 4). Its paged kernel wants blocks of a multiple of 128, which PAGE_MULTIPLE is.
@@ -17,7 +19,6 @@ ROCM_ARCHS = ("gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1102", "gf
 MAX_HEAD_SIZE = 256
 HEAD_SIZE_MULTIPLE = 8
 MIN_VERSION = (2, 6)  # softcap in the varlen kernel (block_table came in 2.5)
-PAGE_MULTIPLE = 256  # "Paged KV cache block size must be divisible by 256"
 
 INSTALL_HINT = ("pip install 'mixboard-flash-attn[flash]' on a CUDA or ROCm machine; flash-attn compiles its "
                 "kernels there (nvcc, or hipcc for its ROCm build), see its README")

@@ -18,7 +18,7 @@ from mixboard.metadata import CommonBatchMetadata
 from mixboard.ops.checks import BackendInputError
 from mixboard.ops.paged import token_blocks
 
-from .backend import PAGE_MULTIPLE
+from .paging import PAGE_MULTIPLE
 
 
 @dataclass
