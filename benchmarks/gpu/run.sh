@@ -41,7 +41,7 @@ mixboard backends >"$RESULTS/backends.txt"  # what this machine serves, and why 
 # 2. The conformance kit, quick mode, every dtype each backend declares, on the GPU.
 echo "| backend | kit (quick mode, cuda) |" >"$RESULTS/kit.md"; echo "| --- | --- |" >>"$RESULTS/kit.md"
 for b in flash_attn mamba1_cuda mamba2_triton short_conv_cuda triton_attn short_conv_triton mamba1_triton \
-         gdn_fla; do
+         moe_triton gdn_fla; do
   log "mixboard check $b"
   timeout 240 mixboard check "$b" --device cuda >"$RESULTS/check_$b.log" 2>&1
   rc=$?

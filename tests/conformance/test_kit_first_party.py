@@ -8,7 +8,7 @@ their libraries.
 """
 
 from mixboard.testing.conformance import (
-    AttentionConformance, Mamba1Conformance, Mamba2Conformance, ShortConvConformance,
+    AttentionConformance, Mamba1Conformance, Mamba2Conformance, MoEConformance, ShortConvConformance,
 )
 
 PORTABLE_DTYPES = ("float32", "bfloat16")
@@ -96,4 +96,9 @@ class TestShortConvTriton(ShortConvConformance):
 
 class TestMamba1Triton(Mamba1Conformance):
     backend = "mamba1_triton"
+    device = "cuda"
+
+
+class TestMoETriton(MoEConformance):
+    backend = "moe_triton"
     device = "cuda"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Triton-interpreter lane: Triton kernels on CPU tensors (TRITON_INTERPRET=1), through the
 # conformance kit: mamba-ssm's own (mamba2_triton), fla-core's (gdn_fla: Gated DeltaNet's chunked
-# and recurrent kernels) and mixboard-triton's (triton_attn, short_conv_triton, mamba1_triton).
+# and recurrent kernels) and mixboard-triton's (triton_attn, short_conv_triton, mamba1_triton, moe_triton).
 # MIXBOARD_THOROUGH=1 adds the kit's long cases (far slower).
 # Its own venv (.venv-triton, git-ignored) layered on the dev venv (.venv, read through a .pth):
 # triton lives only here, because transformers imports triton wherever it is installed, and the
@@ -26,5 +26,5 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 .venv-triton/bin/python -m pytest -p no:cacheprovider -s tests/triton_interp/lane_gdn_fla.py "$@"
 # 3. mixboard-triton's own kernels: the kit's cases as pytest items, one per case, and the selection rule.
 TRITON_INTERPRET=1 .venv-triton/bin/python -m pytest -p no:cacheprovider -o addopts= -v --durations=5 \
-  tests/triton_interp/lane_triton_plugin.py --mixboard-backend triton_attn,short_conv_triton,mamba1_triton \
+  tests/triton_interp/lane_triton_plugin.py --mixboard-backend triton_attn,short_conv_triton,mamba1_triton,moe_triton \
   --mixboard-device cpu --mixboard-dtype float32 "$@"

@@ -13,13 +13,15 @@ import sys
 import pytest
 
 import mixboard.selection
-from mixboard import AttentionSpec, Mamba1Spec, Registry, ShortConvSpec, simulate
+from mixboard import AttentionSpec, Mamba1Spec, MoESpec, Registry, ShortConvSpec, simulate
 from mixboard.plugins import load
 from mixboard_triton.attention_backend import TritonAttention
 from mixboard_triton.mamba1_backend import Mamba1Triton
+from mixboard_triton.moe_backend import MoETriton
 from mixboard_triton.short_conv_backend import ShortConvTriton
 
-BACKENDS = [(TritonAttention, AttentionSpec), (ShortConvTriton, ShortConvSpec), (Mamba1Triton, Mamba1Spec)]
+BACKENDS = [(TritonAttention, AttentionSpec), (ShortConvTriton, ShortConvSpec), (Mamba1Triton, Mamba1Spec),
+            (MoETriton, MoESpec)]
 H100, MI300, V100, T4 = simulate("cuda", "9.0"), simulate("cuda", arch="gfx942"), simulate("cuda", "7.0"), \
     simulate("cuda", "7.5")
 
@@ -90,7 +92,8 @@ def triton_found(monkeypatch):
 
 @pytest.mark.parametrize("kind, spec, portable", [("attention", AttentionSpec(), "sdpa"),
                                                   ("short_conv", ShortConvSpec(), "short_conv_torch"),
-                                                  ("mamba1", Mamba1Spec(), "mamba1_torch")])
+                                                  ("mamba1", Mamba1Spec(), "mamba1_torch"),
+                                                  ("moe", MoESpec(), "moe_torch")])
 def test_above_portable_pytorch_on_a_gpu(no_interpreter, triton_found, kind, spec, portable):
     """Without the vendor libraries (an AMD or Intel GPU, mostly) the Triton kernels serve."""
     for env in (MI300, simulate("xpu")):
