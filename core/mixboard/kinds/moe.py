@@ -93,8 +93,7 @@ class MoEWeights(Record):
 
 
 class MoEImpl(OpImpl):
-    """The impl interface of kind ``moe``: ``load(MoEWeights)``, then ``forward(x)``
-    (``forward(x, logits)`` with logits_input).
+    """The impl interface of kind ``moe``: ``load(MoEWeights)``, then ``forward(x, logits)``.
 
     weights: router [num_experts, hidden_size] (None with logits_input); router_bias [num_experts]
     or None; selection_bias [num_experts] or None; gate_up [num_experts,
@@ -102,8 +101,9 @@ class MoEImpl(OpImpl):
     rows, then up's: transformers' gate_up_proj) or intermediate_size for
     relu2 (Nemotron-H's up_proj); down [num_experts, hidden_size,
     intermediate_size] (down_proj).
-    x: [T, hidden_size]; logits: None, or with logits_input the caller's
-    router logits [T, num_experts] (float32 or the layer's dtype).
+    x: [T, hidden_size].
+    logits: None, or with logits_input the caller's router logits
+    [T, num_experts] (float32 or the layer's dtype).
     Returns [T, hidden_size] in the layer's dtype. Per token:
 
         logits = router @ x + router_bias, or as given     (float32 at least)
