@@ -52,9 +52,9 @@ from .cases import CONTIGUOUS, Case
 from .host_syncs import summary, watch
 from .inputs import draw_inputs, place
 from .isolation import changed_foreign_record, owned_records
-from .runner import (
-    Step, Target, _backend, _compare, _Failure, _layers, _Worst, block_size_for, case_steps, state_spec,
-)
+from .mixer_case import Step, _compare, _layers, block_size_for, case_steps
+from .outcome import _backend, _Failure, _Worst
+from .target import Target, state_spec
 
 _SHAPES = {UNIFORM_DECODE: "step of decodes of as many sequences", ANY: "step of as many tokens and sequences"}
 

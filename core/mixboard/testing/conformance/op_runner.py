@@ -33,8 +33,9 @@ from .kinds import cast_weights, record_items
 from .op_cases import OpCase
 from .op_inputs import Kept, place_op, shared_with
 from .ops import OpCall
+from .outcome import _backend, _Failure, _Worst
 from .readonly import same_tensor
-from .runner import Target, _backend, _Failure, _Worst
+from .target import Target
 from .tolerances import tolerance_for
 
 
