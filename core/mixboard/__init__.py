@@ -10,6 +10,7 @@ needs it) is loaded on first use.
 """
 
 from .backend import ANY_DEVICE, API_VERSION, SUPPORTED_API_VERSIONS, Backend
+from .declaration import Declaration
 from .devices import Device
 from .environment import Environment, detect, simulate
 from .errors import MixboardError, PluginError, SelectionError, UsageError
@@ -39,7 +40,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "ANY_DEVICE", "API_VERSION", "SUPPORTED_API_VERSIONS", "Backend", "CommonBatchMetadata",
+    "ANY_DEVICE", "API_VERSION", "SUPPORTED_API_VERSIONS", "Backend", "CommonBatchMetadata", "Declaration",
     "Device", "Environment", "detect", "simulate", "MixboardError", "PluginError", "SelectionError", "UsageError",
     "hookimpl", "Kind", "MixerSpec", "AttentionImpl", "AttentionSpec", "Mamba1Impl", "Mamba1Spec",
     "Mamba1Weights", "Mamba2Impl", "Mamba2Spec", "Mamba2Weights", "ShortConvImpl", "ShortConvSpec",

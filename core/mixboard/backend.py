@@ -1,10 +1,12 @@
 """The Backend contract: a class that implements one kind.
 
-The registry never instantiates a backend class; it reads its declarations
-and calls its classmethods. A backend and its impl (the object that runs the
-kind's ``forward``; docs/plugins.md builds a complete one)::
+The registry never instantiates a backend class; it reads its declaration
+and calls its classmethods. A backend states its facts once, in one
+``mixboard.Declaration`` (mixboard.declaration), and holds the code; its
+impl (the object that runs the kind's ``forward``; docs/plugins.md builds a
+complete one)::
 
-    from mixboard import AttentionImpl, Backend
+    from mixboard import AttentionImpl, Backend, Declaration
 
     class AcmeAttentionImpl(AttentionImpl):
         def __init__(self, spec):
@@ -14,12 +16,14 @@ kind's ``forward``; docs/plugins.md builds a complete one)::
             ...  # the kind's contract: help(mixboard.AttentionImpl)
 
     class AcmeAttention(Backend):
-        name = "acme_attn"           # unique across all plugins
-        kind = "attention"
-        priority = 5                 # higher wins among backends that pass (first-party: 10, 20, 100)
-        devices = ("*",)             # torch device types, or ("*",) for any
-        dtypes = ("float32", "bfloat16", "float16")
-        api_version = 1              # the plugin API this backend was written for
+        declaration = Declaration(
+            name="acme_attn",                    # unique across all plugins
+            kind="attention",
+            priority=5,                          # higher wins among backends that pass (first-party: 10, 20, 100)
+            devices=("*",),                      # torch device types, or ("*",) for any
+            dtypes=("float32", "bfloat16", "float16"),
+            api_version=1,                       # the plugin API this backend was written for
+        )
 
         @classmethod
         def check(cls, spec, env):
@@ -35,6 +39,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from .capture import NEVER
+from .declaration import Declaration, apply
 from .errors import UsageError
 from .kinds import builtin_kind
 
@@ -60,7 +65,10 @@ def _identity(common: "CommonBatchMetadata") -> "CommonBatchMetadata":
 
 
 class Backend:
-    """A class that implements one kind; subclass it and declare:
+    """A class that implements one kind; subclass it and state its facts in
+    one ``declaration = mixboard.Declaration(...)`` (mixboard.declaration:
+    facts a plugin's backends share are written once and extended per
+    backend). The facts:
 
     name: unique among all installed backends (two plugins registering one
         name are both left out).
@@ -103,16 +111,21 @@ class Backend:
         ``"any"`` (any step of as many tokens and sequences). See
         ``mixboard.capture``; the conformance kit checks the declaration.
 
-    name, kind, devices, dtypes and api_version must be set on the class
-    itself (inherited ones are refused). The registry calls the
-    classmethods below and never makes an instance. In order: ``check``
-    when selecting (listing and explaining too); ``state_spec`` when
-    planning the pools; ``builder`` once per group of layers (same backend,
-    same spec) and ``make_impl`` once per layer when a model is built; then
-    every step, the builder's function once and each layer's
-    ``impl.forward`` once. The forward contract of each kind is its impl
-    interface's docstring: ``help(mixboard.AttentionImpl)``, and
-    ``help(mixboard.CommonBatchMetadata)`` for the step's metadata.
+    name, kind, devices, dtypes and api_version are required. Backend copies
+    the declaration's facts onto the class when it is created (``cls.name``,
+    ``cls.priority``, ... are where mixboard reads them); a class with a
+    declaration that also sets a fact as an attribute is a TypeError. A
+    subclass of a registered backend states its own declaration
+    (``Parent.declaration(name=...)``). (Facts set as bare class attributes,
+    API 1's first form, still load.) The registry calls the classmethods
+    below and never makes an instance. In order: ``check`` when selecting
+    (listing and explaining too); ``state_spec`` when planning the pools;
+    ``builder`` once per group of layers (same backend, same spec) and
+    ``make_impl`` once per layer when a model is built; then every step, the
+    builder's function once and each layer's ``impl.forward`` once. The
+    forward contract of each kind is its impl interface's docstring:
+    ``help(mixboard.AttentionImpl)``, and ``help(mixboard.CommonBatchMetadata)``
+    for the step's metadata.
     """
 
     name: ClassVar[str]
@@ -134,6 +147,13 @@ class Backend:
     options: ClassVar[tuple["Option", ...]] = ()
     # How far forward may be captured in a graph (mixboard.capture): "never", "uniform_decode" or "any".
     capture: ClassVar[str] = NEVER
+    # The record the facts above come from (set by the subclass; mixboard.declaration).
+    declaration: ClassVar["Declaration | None"] = None
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if "declaration" in vars(cls):
+            apply(cls)
 
     @classmethod
     def check(cls, spec: Any, env: "Environment") -> list[str]:

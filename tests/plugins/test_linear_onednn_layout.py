@@ -11,7 +11,7 @@ from mixboard import LinearSpec, LinearWeights, get_registry, simulate
 from mixboard.ops.checks import build_impl
 from mixboard.testing.conformance import run_suite
 from mixboard_cpu import onednn
-from mixboard_cpu.linear_onednn_backend import LAYOUTS
+from mixboard_cpu.declarations import LAYOUTS
 
 CPU = simulate("cpu")
 SPEC = LinearSpec(in_features=48, out_features=40)

@@ -8,7 +8,7 @@ import pytest
 
 from checkpoints import make_checkpoint
 from mixboard.errors import UsageError
-from mixboard_cpu.linear_onednn_backend import LAYOUTS
+from mixboard_cpu.declarations import LAYOUTS
 from mixboard_runner.engine import Engine
 from mixboard_runner.sampling import SamplingParams
 

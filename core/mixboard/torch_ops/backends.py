@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 from ..backend import Backend
+from ..declaration import Declaration
 
 ALL_DTYPES = ("float32", "bfloat16", "float16")
 
-
-class _Portable(Backend):
-    priority = 10
-    devices = ("*",)
-    dtypes = ALL_DTYPES
-    api_version = 1
+# What every portable backend states: any device, every dtype, below the plugins' kernels.
+PORTABLE = Declaration(priority=10, devices=("*",), dtypes=ALL_DTYPES, api_version=1)
 
 
-class LinearTorch(_Portable):
-    name = "linear_torch"
-    kind = "linear"
-    description = "F.linear; gated: one product, then silu(gate) * up"
+class LinearTorch(Backend):
+    declaration = PORTABLE(name="linear_torch", kind="linear",
+                           description="F.linear; gated: one product, then silu(gate) * up")
 
     @classmethod
     def make_impl(cls, spec, env):
@@ -26,10 +22,9 @@ class LinearTorch(_Portable):
         return LinearTorchImpl(spec)
 
 
-class RMSNormTorch(_Portable):
-    name = "rms_norm_torch"
-    kind = "rms_norm"
-    description = "the add, then F.rms_norm (float32 statistics in every dtype)"
+class RMSNormTorch(Backend):
+    declaration = PORTABLE(name="rms_norm_torch", kind="rms_norm",
+                           description="the add, then F.rms_norm (float32 statistics in every dtype)")
 
     @classmethod
     def make_impl(cls, spec, env):
@@ -38,10 +33,9 @@ class RMSNormTorch(_Portable):
         return RMSNormTorchImpl(spec)
 
 
-class RotaryTorch(_Portable):
-    name = "rotary_torch"
-    kind = "rotary"
-    description = "a cos/sin table grown on demand; a step's rows gathered once for every layer"
+class RotaryTorch(Backend):
+    declaration = PORTABLE(name="rotary_torch", kind="rotary",
+                           description="a cos/sin table grown on demand; a step's rows gathered once for every layer")
 
     @classmethod
     def make_impl(cls, spec, env):
@@ -50,10 +44,9 @@ class RotaryTorch(_Portable):
         return RotaryTorchImpl(spec)
 
 
-class EmbeddingTorch(_Portable):
-    name = "embedding_torch"
-    kind = "embedding"
-    description = "row lookup; a tied LM head is F.linear over the same table"
+class EmbeddingTorch(Backend):
+    declaration = PORTABLE(name="embedding_torch", kind="embedding",
+                           description="row lookup; a tied LM head is F.linear over the same table")
 
     @classmethod
     def make_impl(cls, spec, env):
@@ -62,10 +55,9 @@ class EmbeddingTorch(_Portable):
         return EmbeddingTorchImpl(spec)
 
 
-class ArgmaxTorch(_Portable):
-    name = "argmax_torch"
-    kind = "argmax"
-    description = "torch.argmax over each row"
+class ArgmaxTorch(Backend):
+    declaration = PORTABLE(name="argmax_torch", kind="argmax",
+                           description="torch.argmax over each row")
 
     @classmethod
     def make_impl(cls, spec, env):
@@ -74,10 +66,10 @@ class ArgmaxTorch(_Portable):
         return ArgmaxTorchImpl(spec)
 
 
-class MoETorch(_Portable):
-    name = "moe_torch"
-    kind = "moe"
-    description = "routing in float32; the tokens sorted by expert once, each expert's two products on its rows"
+class MoETorch(Backend):
+    declaration = PORTABLE(name="moe_torch", kind="moe",
+                           description="routing in float32; the tokens sorted by expert once, each expert's two "
+                                       "products on its rows")
 
     @classmethod
     def make_impl(cls, spec, env):

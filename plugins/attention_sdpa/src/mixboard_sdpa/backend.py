@@ -7,26 +7,14 @@ from __future__ import annotations
 
 from functools import partial
 
-from mixboard import Backend, Option
+from mixboard import Backend
 from mixboard.options import defaults
+
+from .declarations import SDPA
 
 
 class SdpaAttention(Backend):
-    name = "sdpa"
-    kind = "attention"
-    priority = 10
-    devices = ("*",)
-    dtypes = ("float32", "bfloat16", "float16")
-    api_version = 1
-    capture = "never"  # its decodes are planned per step as Python ints and gathers whose shapes change (meta.py)
-    description = ("portable PyTorch: scaled_dot_product_attention over the paged cache; "
-                   "decodes batched; explicit softmax only for logits soft-capping")
-    # The decodes' keys and values are gathered into two workspaces of up to this size each, reused every
-    # step: larger means fewer, larger attention calls per step; smaller bounds the memory the step holds.
-    options = (
-        Option("decode_chunk_mib", int, 64, "MiB of gathered keys (and again of values) per batched decode call: "
-               "more is fewer calls, less bounds the workspace each attention group keeps", minimum=1),
-    )
+    declaration = SDPA
 
     @classmethod
     def builder(cls, spec, env, options=None):

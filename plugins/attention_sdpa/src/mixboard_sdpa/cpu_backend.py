@@ -14,8 +14,8 @@ from functools import lru_cache, partial
 
 from mixboard import Backend
 
-MAX_GROUP = 64  # query heads per kv head (the kernel's stack arrays: _paged_decode.c)
-MAX_HEAD_SIZE = 256
+from .declarations import MAX_GROUP, MAX_HEAD_SIZE, SDPA_CPU
+
 INSTALL_HINT = "reinstall mixboard-sdpa where a C compiler with OpenMP (gcc) is present, to build it"
 
 
@@ -25,15 +25,7 @@ def kernel_missing() -> bool:
 
 
 class SdpaCpuAttention(Backend):
-    name = "sdpa_cpu"
-    kind = "attention"
-    priority = 20  # above sdpa, which serves everything this does not
-    devices = ("cpu",)
-    dtypes = ("float32",)
-    api_version = 1
-    capture = "uniform_decode"  # a step of decodes reads only the metadata's tensors (its prefills are planned in ints)
-    description = ("sdpa with decodes and causal prefills in a C kernel that reads the paged cache in place (no gather); "
-                   f"CPU, float32, up to {MAX_GROUP} query heads per kv head, head size up to {MAX_HEAD_SIZE}")
+    declaration = SDPA_CPU
 
     @classmethod
     def check(cls, spec, env):

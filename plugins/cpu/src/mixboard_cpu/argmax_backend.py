@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from .compiled import ROWS, CompiledKernel
+from .declarations import ARGMAX_CPU
 
 
 class ArgmaxCpu(CompiledKernel):
-    name = "argmax_cpu"
-    kind = "argmax"
-    devices = ("cpu",)
-    dtypes = ("float32",)
-    api_version = 1
+    declaration = ARGMAX_CPU
     compiled = ROWS
-    description = "each row's maximum in one vectorized pass, then its first index (NaN first, as torch); CPU, float32"
 
     @classmethod
     def make_impl(cls, spec, env):

@@ -21,15 +21,10 @@ def kernel_missing(module: str) -> bool:
 
 
 class CompiledKernel(Backend):
-    """A backend running one of the plugin's C kernels: CPU, float32, above
-    the portable ``*_torch`` backends (10) and oneDNN's (15), which serve
-    every layer these do not; unavailable, saying why, where its module did
-    not build."""
+    """A backend running one of the plugin's C kernels (declared with
+    declarations.C_KERNEL: CPU, float32, priority 20); unavailable, saying
+    why, where its module did not build."""
 
-    priority = 20
-    devices = ("cpu",)
-    dtypes = ("float32",)  # the kernels' arithmetic; other dtypes go to the *_torch backends
-    api_version = 1
     compiled: ClassVar[str]
 
     @classmethod

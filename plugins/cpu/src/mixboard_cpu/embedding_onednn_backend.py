@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from mixboard import Backend
 
+from .declarations import EMBEDDING_ONEDNN
+
 
 class EmbeddingOneDnn(Backend):
-    name = "embedding_onednn"
-    kind = "embedding"
-    priority = 15  # below embedding_cpu's panels, above embedding_torch: pure Python, no build needed
-    devices = ("cpu",)
-    dtypes = ("float32",)  # oneDNN's float32 product; other dtypes go to embedding_torch
-    api_version = 1
-    description = ("a tied table stored once, column-major: the LM head is oneDNN's product over it as it "
-                   "lies, a lookup reads strided rows; CPU, float32, tied tables")
+    declaration = EMBEDDING_ONEDNN
 
     @classmethod
     def check(cls, spec, env):

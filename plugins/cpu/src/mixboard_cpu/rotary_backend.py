@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 from .compiled import ROWS, CompiledKernel
+from .declarations import ROTARY_CPU
 
 
 class RotaryCpu(CompiledKernel):
-    name = "rotary_cpu"
-    kind = "rotary"
-    devices = ("cpu",)
-    dtypes = ("float32",)
-    api_version = 1
+    declaration = ROTARY_CPU
     compiled = ROWS
-    description = ("q and k rotated in place in one C call (one for both where k follows q in one buffer), "
-                   "the table read by position: no gathered rows, no rotated copy; CPU, float32")
 
     @classmethod
     def make_impl(cls, spec, env):
