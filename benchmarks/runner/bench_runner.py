@@ -42,9 +42,24 @@ CHECKPOINTS = {
                         "num_attention_heads=8, num_key_value_heads=4, mamba_n_heads=16, mamba_d_head=64, "
                         "mamba_n_groups=1, mamba_d_state=64, mamba_expand=2, mamba_chunk_size=128, "
                         "position_embedding_type='rope', max_position_embeddings=2048, tie_word_embeddings=True)",
+    # Jamba's block in small: Mamba1 layers with dt/B/C norms, attention on 2 of 8, 8 experts (top 2) every other layer
+    "jamba": "JambaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1024, num_hidden_layers=8, "
+             "attn_layer_period=4, attn_layer_offset=2, expert_layer_period=2, expert_layer_offset=1, num_experts=8, "
+             "num_experts_per_tok=2, num_attention_heads=8, num_key_value_heads=4, mamba_d_state=16, mamba_d_conv=4, "
+             "mamba_expand=2, mamba_dt_rank=32, use_mamba_kernels=False, max_position_embeddings=2048, "
+             "tie_word_embeddings=True)",
+    # Qwen3-Next in small: Gated DeltaNet on 3 of 4 layers, gated attention on the 4th, 8 experts (top 2) and a
+    # shared expert on every layer (needs mixboard-gdn)
+    "qwen3_next": "Qwen3NextConfig(vocab_size=32000, hidden_size=512, intermediate_size=1024, num_hidden_layers=8, "
+                  "full_attention_interval=4, num_attention_heads=8, num_key_value_heads=2, head_dim=64, "
+                  "linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64, "
+                  "linear_conv_kernel_dim=4, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=512, "
+                  "shared_expert_intermediate_size=512, decoder_sparse_step=1, max_position_embeddings=2048, "
+                  "tie_word_embeddings=True)",
 }
 CLASSES = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
-           "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM"}
+           "lfm2": "Lfm2ForCausalLM", "bamba": "BambaForCausalLM", "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+           "jamba": "JambaForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
 
 MAKE = """
 import torch, transformers

@@ -7,7 +7,9 @@
  *
  *   conv:  xc = silu(b_d + sum_k w_dk window_k), window = the slot's last
  *          W - 1 inputs then x; the slot's record shifts by one
- *   proj:  [dt_raw, B, C] = x_proj xc;  dt = softplus(dt_proj dt_raw + dt_b)
+ *   proj:  [dt_raw, B, C] = x_proj xc;  with norms (Jamba's dt_bc_norms) each of
+ *          the three RMS-normalized and scaled by its weight;
+ *          dt = softplus(dt_proj dt_raw + dt_b)
  *   scan:  h = 2^(dt A log2 e) h + dt xc B;  y = (C . h + D xc) silu(z)
  *
  * Slots are read where they are (no gather of the batch's records and no
@@ -77,6 +79,8 @@ typedef struct {
     const float *dt_b;      /* [D] */
     const float *A2;        /* [D, N]: A log2 e */
     const float *Dskip;     /* [D] */
+    const float *dt_norm, *b_norm, *c_norm;  /* [R], [N], [N]; all NULL without dt_bc_norms */
+    float eps;              /* the norms' epsilon */
     float *conv, *ssm;      /* pools of records [D, W - 1] and [D, N], each contiguous */
     long conv_stride, ssm_stride;  /* floats from one record to the next */
     const int64_t *slots;   /* [n] */
@@ -149,6 +153,25 @@ CLONES static void project_rows(const step_args *a, long i0, long rows) {
     }
 }
 
+/* v[0:len) = v / sqrt(mean(v^2) + eps) * w, the sum of squares in double (len is a rank or d_state: short). */
+static void rms_norm(float *v, long len, const float *w, float eps) {
+    double squares = 0.0;
+    for (long k = 0; k < len; k++) squares += (double)v[k] * v[k];
+    const float scale = (float)(1.0 / sqrt(squares / len + eps));
+    for (long k = 0; k < len; k++) v[k] = v[k] * scale * w[k];
+}
+
+/* Rows [i0, i0 + rows): dt_raw, B and C each RMS-normalized in place (dt_bc_norms). */
+static void norm_rows(const step_args *a, long i0, long rows) {
+    const long R = a->R, N = a->N;
+    for (long i = i0; i < i0 + rows; i++) {
+        float *dt_raw = a->xdbl + i * (R + 2 * N);
+        rms_norm(dt_raw, R, a->dt_norm, a->eps);
+        rms_norm(dt_raw + R, N, a->b_norm, a->eps);
+        rms_norm(dt_raw + R + N, N, a->c_norm, a->eps);
+    }
+}
+
 /* Row i, channels [d0, d1), sixteen at a time: dt, the state update and y. */
 CLONES static void scan_rows(const step_args *a, long i, long d0, long d1) {
     const long D = a->D, N = a->N, R = a->R;
@@ -211,7 +234,10 @@ static void step(const step_args *a) {
             conv_rows(a, w / blocks, d0, d0 + BLOCK < a->D ? d0 + BLOCK : a->D);
         }
 #pragma omp for schedule(static)
-        for (long i = 0; i < a->n; i += 4) project_rows(a, i, a->n - i < 4 ? a->n - i : 4);
+        for (long i = 0; i < a->n; i += 4) {
+            project_rows(a, i, a->n - i < 4 ? a->n - i : 4);
+            if (a->dt_norm) norm_rows(a, i, a->n - i < 4 ? a->n - i : 4);
+        }
 #pragma omp for schedule(static)
         for (long w = 0; w < items; w++) {
             const long d0 = (w % blocks) * BLOCK;
@@ -221,16 +247,19 @@ static void step(const step_args *a) {
 }
 
 /* step(x, ldx, z, ldz, n, D, N, R, W, conv_w, conv_b, xproj_t, dt_p, dt_b, A2, Dskip, conv, conv_stride, ssm,
- * ssm_stride, slots, y, ldy): addresses as ints (tensor.data_ptr(), 0 for no conv bias), the pools' record
- * strides in floats; the impl has checked shapes, dtypes, record layout and slots (InputChecks) before it calls. */
+ * ssm_stride, slots, y, ldy, dt_norm, b_norm, c_norm, eps): addresses as ints (tensor.data_ptr(), 0 for no
+ * conv bias and for no norms), the pools' record strides in floats, eps a float; the impl has checked shapes,
+ * dtypes, record layout and slots (InputChecks) before it calls. */
 static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    long long v[23];
-    if (nargs != 23) {
-        PyErr_SetString(PyExc_TypeError, "step() takes 23 arguments");
+    long long v[26];
+    if (nargs != 27) {
+        PyErr_SetString(PyExc_TypeError, "step() takes 27 arguments");
         return NULL;
     }
-    for (int k = 0; k < 23; k++) {
+    const double eps = PyFloat_AsDouble(args[26]);
+    if (eps == -1.0 && PyErr_Occurred()) return NULL;
+    for (int k = 0; k < 26; k++) {
         v[k] = PyLong_AsLongLong(args[k]);
         if (v[k] == -1 && PyErr_Occurred()) return NULL;
     }
@@ -242,11 +271,13 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         .dt_b = (const float *)(intptr_t)v[13], .A2 = (const float *)(intptr_t)v[14],
         .Dskip = (const float *)(intptr_t)v[15], .conv = (float *)(intptr_t)v[16], .conv_stride = v[17],
         .ssm = (float *)(intptr_t)v[18], .ssm_stride = v[19], .slots = (const int64_t *)(intptr_t)v[20],
-        .y = (float *)(intptr_t)v[21], .ldy = v[22],
+        .y = (float *)(intptr_t)v[21], .ldy = v[22], .dt_norm = (const float *)(intptr_t)v[23],
+        .b_norm = (const float *)(intptr_t)v[24], .c_norm = (const float *)(intptr_t)v[25], .eps = (float)eps,
     };
     if (a.n < 0 || a.D <= 0 || a.N <= 0 || a.R <= 0 || a.W <= 0 || a.conv_stride < a.D * (a.W - 1)
-        || a.ssm_stride < a.D * a.N) {
-        PyErr_SetString(PyExc_ValueError, "step(): sizes out of range, or records closer than a record apart");
+        || a.ssm_stride < a.D * a.N || (!a.dt_norm != !a.b_norm) || (!a.dt_norm != !a.c_norm)) {
+        PyErr_SetString(PyExc_ValueError, "step(): sizes out of range, records closer than a record apart, or some "
+                        "of the three norms' weights given and not all");
         return NULL;
     }
     a.xc = malloc((size_t)(a.n * a.D + a.n * (a.R + 2 * a.N) + 1) * sizeof(float));
@@ -262,8 +293,8 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))py_step, METH_FASTCALL,
      "step(x, ldx, z, ldz, n, D, N, R, W, conv_w, conv_b, xproj_t, dt_p, dt_b, A2, Dskip, conv, conv_stride, ssm, "
-     "ssm_stride, slots, y, ldy): one Mamba-1 decode step over the state pools, in place (addresses as ints, "
-     "record strides in floats)."},
+     "ssm_stride, slots, y, ldy, dt_norm, b_norm, c_norm, eps): one Mamba-1 decode step over the state pools, "
+     "in place (addresses as ints, 0 for no conv bias or no norms; record strides in floats)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,8 +40,6 @@ class Mamba1Cpu(Backend):
             reasons.append(f"its compiled kernel mixboard_mamba1._decode_step is not built ({INSTALL_HINT})")
         if spec.state_dtype not in (None, "float32"):
             reasons.append(f"the kernel keeps the state in float32; the layer asks for state_dtype {spec.state_dtype}")
-        if spec.dt_bc_norms:
-            reasons.append("its C decode step has no RMS norms of dt, B and C (the layer has dt_bc_norms, as Jamba's)")
         return reasons
 
     @classmethod

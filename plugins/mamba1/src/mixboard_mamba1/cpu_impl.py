@@ -27,7 +27,8 @@ class Mamba1CpuImpl(Mamba1TorchImpl):
                 and isinstance(ssm, torch.Tensor)):
             return super().forward(x, z, weights, state, meta)
         self.check(layer, x, z, weights, state, meta)  # records contiguous, strides at least a record (the contract)
-        conv_w, conv_b, xproj_t, dt_p, dt_b, A2, skip = self._weights(weights)
+        conv_w, conv_b, xproj_t, dt_p, dt_b, A2, skip, *norm_weights = self._weights(weights)
+        norms = [w.data_ptr() for w in norm_weights] if spec.dt_bc_norms else [0, 0, 0]  # 0: no norms
         x, z = _rows(x), _rows(z)
         n, D = x.shape
         y = torch.empty(n, D)
@@ -38,7 +39,7 @@ class Mamba1CpuImpl(Mamba1TorchImpl):
                               xproj_t.data_ptr(), dt_p.data_ptr(), dt_b.data_ptr(), A2.data_ptr(), skip.data_ptr(),
                               conv.data_ptr(), record_stride(conv, D * (spec.d_conv - 1)), ssm.data_ptr(),
                               record_stride(ssm, D * spec.d_state),
-                              slots.data_ptr(), y.data_ptr(), y.stride(0))
+                              slots.data_ptr(), y.data_ptr(), y.stride(0), *norms, spec.norm_eps)
         return y
 
     def _weights(self, weights):
@@ -50,7 +51,8 @@ class Mamba1CpuImpl(Mamba1TorchImpl):
             self._prepared = (weights, (
                 f32(weights.conv_weight), f32(weights.conv_bias), f32(weights.x_proj_weight.t()),
                 _panels(f32(weights.dt_proj_weight)), f32(weights.dt_proj_bias), f32(weights.A.float() * LOG2E),
-                f32(weights.D)))
+                f32(weights.D),
+                *(f32(getattr(weights, n)) for n in ("dt_norm_weight", "b_norm_weight", "c_norm_weight"))))
         return self._prepared[1]
 
 
