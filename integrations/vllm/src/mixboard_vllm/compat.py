@@ -269,3 +269,63 @@ def mark_compile_cache(vllm_config, marker: str) -> bool:
         extra["mixboard_vllm"] = marker
         return True
     return not compiles(vllm_config) or bool(envs.VLLM_DISABLE_COMPILE_CACHE)
+
+
+# --- experts (layers/moe.py) -----------------------------------------------------------------------
+
+_experts_refusal_lifted = False
+
+
+def vllm_runs_experts(moe_config) -> bool:
+    """Whether vLLM's own experts run this configuration here: FusedMoEConfig.__post_init__ refuses
+    experts without a gated activation except on CUDA, ROCm and XPU (fused_moe/config.py:1398)."""
+    from vllm.platforms import current_platform
+
+    return moe_config.is_act_and_mul or current_platform.is_cuda_alike() or current_platform.is_xpu()
+
+
+def lift_experts_refusal() -> None:
+    """Let FusedMoEConfig be made for experts vLLM cannot run here, so that its RoutedExperts (ours,
+    replace_layer) can run them on mixboard. The refusal is the last statement of __post_init__ in
+    vLLM 0.32 (fused_moe/config.py:1398): swallowing exactly that error leaves the config as vLLM
+    would have made it. Once per process."""
+    global _experts_refusal_lifted
+    if _experts_refusal_lifted:
+        return
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig
+
+    vllms = FusedMoEConfig.__post_init__
+
+    def post_init(self):
+        try:
+            vllms(self)
+        except NotImplementedError:
+            if vllm_runs_experts(self):
+                raise
+
+    FusedMoEConfig.__post_init__ = post_init
+    _experts_refusal_lifted = True
+
+
+def unquantized_expert_weights():
+    """vLLM's unquantized experts' create_weights (fused_moe/unquantized_fused_moe_method.py:68): it
+    reads only ``self.moe``, and makes w13 [E, I or 2I, H] and w2 [E, H, I] with vLLM's loaders."""
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    return UnquantizedFusedMoEMethod.create_weights
+
+
+def taken_over_experts(vllm_config) -> Iterator[tuple[str, Any]]:
+    """(prefix, RoutedExperts) of every MoE layer whose experts run on mixboard: vLLM's MoE runners
+    register in the forward context under their prefix (fused_moe/runner/moe_runner.py:59)."""
+    for name, layer in vllm_config.compilation_config.static_forward_context.items():
+        experts = getattr(layer, "routed_experts", None)
+        if getattr(experts, "runs_on_mixboard", False):
+            yield name, experts
+
+
+def in_dummy_run() -> bool:
+    """vLLM's profile, warm-up and dummy runs carry no attention metadata."""
+    from vllm.forward_context import get_forward_context
+
+    return get_forward_context().attn_metadata is None

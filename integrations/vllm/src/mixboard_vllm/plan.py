@@ -117,6 +117,9 @@ class ProcessPlan:
                 foreign.append(f"{name} ({type(layer).__name__})")
             else:
                 layers.append((name, *found))
+        # the experts vLLM's build cannot run (layers/moe.py): dense, stateless, planned beside the mixers
+        layers += [(name, experts.mixboard_kind, experts.mixboard_spec())
+                   for name, experts in compat.taken_over_experts(vllm_config)]
         if foreign:
             raise StartupError(
                 f"mixboard-vllm: vLLM would run {len(foreign)} mixer layer(s) itself, not through mixboard: "
