@@ -6,6 +6,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import harness  # noqa: E402
 from harness import run  # noqa: E402
 from models import WRITERS  # noqa: E402
 
@@ -14,7 +15,15 @@ OFF = {"MIXBOARD_VLLM": "0"}
 
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("vllm"))
+    yield str(tmp_path_factory.mktemp("vllm"))
+    harness.close_hosts()
+
+
+def pytest_terminal_summary(terminalreporter):
+    s = harness.STARTS
+    if s["engines"]:
+        terminalreporter.write_line(f"vLLM engines: {s['engines']}, started by {s['hosts']} engine_host.py processes: "
+                                    f"{s['engines'] - s['hosts']} starts of an LLM() process saved")
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,33 @@
-"""Run one vLLM engine per process (run_llm.py) and read what it did: ids, log, plan, steps."""
+"""Run vLLM engines for the lane's tests and read what each did: ids, log, plan, steps.
+
+How the lane shares work (a new test file adopts it by using these fixtures and ``run``):
+
+- ``run(workdir, tag, path, env, extra)`` starts one engine with the integration's environment
+  ``env`` and LLM() arguments ``extra`` over run_llm's defaults, generates run_llm.PROMPTS in one
+  call, and returns a Run (rc, log, ids, plan table, fingerprints, steps). One engine is one
+  configuration (model, mode, ranks, options, rules): a plan is fixed at start-up, so a new
+  configuration needs a new engine, and one Run answers every assertion about its configuration.
+- The engines are started by long-lived engine_host.py processes, one per value of HOST_KEYS
+  (mixboard on or off): vLLM is imported and the LLM() process set up once per session and side,
+  not once per engine. Each engine still has its own engine core and worker processes, as in any
+  use of vLLM, with the environment of its run; an engine that fails to start ends its host.
+- Reuse a configuration's Run within a module through a module-scoped fixture that caches it by
+  its key (test_compiled.py's ``compiled``, test_hybrids_2026.py's ``ours``, test_jamba.py's ``jamba``).
+- vLLM alone's reference: the session fixture ``native(name)`` (eager) or ``native(name,
+  {"enforce_eager": False})`` (compiled) from conftest.py runs vLLM alone once per session, model and
+  mode (never across sessions: it is recomputed in every run), and every configuration of that model
+  in that mode, on one rank or two, is compared with its ids. ``checkpoint(name)`` writes a
+  models.py checkpoint once per session.
+- Every run of a session shares one compile cache (VLLM_CACHE_ROOT under the session's folder).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -41,13 +64,87 @@ class Run:
         return False
 
 
+# The variables that vLLM's LLM() process reads once: load_general_plugins runs mixboard's register()
+# there once per process, and it changes vLLM's compile config (compat.split_graph_at). A run with
+# other values gets a host of its own; every other variable is the request's (engine_host.py).
+HOST_KEYS = ("MIXBOARD_VLLM", "MIXBOARD_STRICT_PLUGINS")
+
+
+class Host:
+    """One engine_host.py process: starts the engines of the runs it is given, one at a time."""
+
+    def __init__(self, env: dict, log: str):
+        read, write = os.pipe()
+        with open(log, "a") as f:
+            self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "engine_host.py"), str(write)], env=env,
+                                         stdin=subprocess.PIPE, stdout=f, stderr=subprocess.STDOUT, text=True,
+                                         cwd=HERE, pass_fds=(write,), start_new_session=True)
+        os.close(write)
+        self.replies = os.fdopen(read)
+
+    def ask(self, request: dict, timeout: float) -> int:
+        """The engine's exit status: 0 when its ids are written, non-zero when it failed (the host ends)."""
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        if not select.select([self.replies], [], [], timeout)[0]:
+            self.kill()
+            raise subprocess.TimeoutExpired(request["model"], timeout)
+        line = self.replies.readline()
+        if not line:  # the host died without answering
+            return self.proc.wait() or 1
+        rc = json.loads(line)["rc"]
+        if rc:
+            self.proc.wait()
+        return rc
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.stdin.close()  # the host's loop ends
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.replies.close()
+
+
+HOSTS: dict[tuple, Host] = {}
+STARTS = {"engines": 0, "hosts": 0}  # the session's count: engines run, host processes started
+
+
+def close_hosts() -> None:
+    while HOSTS:
+        HOSTS.popitem()[1].close()
+
+
+def _host(tmp, env: dict) -> Host:
+    key = tuple(env.get(k) for k in HOST_KEYS)
+    host = HOSTS.get(key)
+    if host is None or not host.alive():
+        if host is not None:
+            host.close()
+        start = {**os.environ, "VLLM_CACHE_ROOT": env["VLLM_CACHE_ROOT"], **{k: env[k] for k in HOST_KEYS if k in env}}
+        host = HOSTS[key] = Host(start, os.path.join(tmp, "engine_hosts.log"))
+        STARTS["hosts"] += 1
+    return host
+
+
 def run(tmp, tag: str, model: str, env: dict | None = None, extra: dict | None = None, timeout: int = 600) -> Run:
     out, trace, log = (os.path.join(tmp, f"{tag}.{x}") for x in ("json", "trace", "log"))
     # one compile cache per session, not the user's: a run must never load a graph another session compiled
     e = {**os.environ, "MIXBOARD_VLLM_TRACE": trace, "VLLM_CACHE_ROOT": os.path.join(tmp, "vllm-cache"), **(env or {})}
-    cmd = [sys.executable, os.path.join(HERE, "run_llm.py"), model, out] + ([json.dumps(extra)] if extra else [])
-    with open(log, "w") as f:
-        rc = subprocess.run(cmd, env=e, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=HERE).returncode
+    for stale in (out, trace):
+        if os.path.exists(stale):
+            os.remove(stale)
+    STARTS["engines"] += 1
+    rc = _host(tmp, e).ask({"model": model, "out": out, "log": log, "env": e, "extra": extra or {}}, timeout)
     with open(log) as f:
         text = f.read()
     ids = None

@@ -22,7 +22,7 @@ def test_a_hybrid_on_two_ranks_gives_vllm_alones_ids(workdir, checkpoint, native
     its half alone."""
     extra = {"tensor_parallel_size": 2}
     r = ok(run(workdir, "granite_hybrid_tp2", checkpoint("granite_hybrid"), TP2, extra))
-    assert r.ids == native("granite_hybrid", extra, TP2)
+    assert r.ids == native("granite_hybrid")  # vLLM alone on one rank: the sharded norm must not change a token
     assert set(r.fingerprints) == {0, 1} and r.fingerprints[0] == r.fingerprints[1]
 
 
