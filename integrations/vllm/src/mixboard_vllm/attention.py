@@ -102,6 +102,11 @@ def attention_spec(name: str, layer):
 
 
 class MixboardAttentionImpl(AttentionImpl):
+    mixboard_kind = "attention"  # the plan's question (mixer.py), answered for the layer that holds this impl
+
+    def mixboard_spec(self, name: str, layer):
+        return attention_spec(name, layer)
+
     def __init__(self, num_heads, head_size, scale, num_kv_heads=None, alibi_slopes=None, sliding_window=None,
                  kv_cache_dtype="auto", logits_soft_cap=None, attn_type=AttentionType.DECODER,
                  kv_sharing_target_layer_name=None, **extra):

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from . import compat, graphs, ops, ranks, state, table
+from .mixer import kind_and_spec, runs_on_mixboard
 from .errors import StartupError
 
 _PLAN: "ProcessPlan | None" = None
@@ -27,26 +28,6 @@ class Bound:
     def __init__(self, name, kind, spec, backend, impl, group, state_spec):
         self.name, self.kind, self.spec, self.backend = name, kind, spec, backend
         self.impl, self.group, self.state_spec = impl, group, state_spec
-
-
-def _runs_on_mixboard(layer) -> bool:
-    """A replaced slot-state layer, or an attention layer built on the integration's backend."""
-    from .attention import MixboardAttentionImpl
-    from .layers.base import MixboardLayer
-
-    return isinstance(layer, MixboardLayer) or isinstance(getattr(layer, "impl", None), MixboardAttentionImpl)
-
-
-def _layer_spec(name: str, layer) -> tuple[str, Any] | None:
-    """(kind, spec) of a layer mixboard runs; None for one vLLM would run itself."""
-    from .attention import attention_spec
-    from .layers.base import MixboardLayer
-
-    if not _runs_on_mixboard(layer):
-        return None
-    if isinstance(layer, MixboardLayer):
-        return layer.mixboard_kind, layer.mixboard_spec()
-    return "attention", attention_spec(name, layer)
 
 
 def on_layer_built(layer) -> None:
@@ -64,7 +45,7 @@ def on_layer_built(layer) -> None:
 def refuse_foreign(layer) -> None:
     """Called as each mixer layer is built (compat.on_mixer_layer_built): mixboard runs every one,
     or start-up fails here, naming the layer, before vLLM could run it quietly on its own."""
-    if _runs_on_mixboard(layer):
+    if runs_on_mixboard(layer):
         return
     name, backend = compat.layer_name(layer), compat.attention_backend_name(layer)
     if backend is not None and type(layer).__name__ == "Attention":
@@ -112,7 +93,7 @@ class ProcessPlan:
         self.env = for_device(str(vllm_config.device_config.device))
         layers, foreign = [], []
         for name, layer in compat.mixer_layers(vllm_config):
-            found = _layer_spec(name, layer)
+            found = kind_and_spec(name, layer)
             if found is None:
                 foreign.append(f"{name} ({type(layer).__name__})")
             else:
