@@ -4,7 +4,7 @@ interpreter on CPU tensors, through the conformance kit (float32).
 Here (the main suite): the selection rule. The kit on the real kernels is
 lane_mamba2_triton.py, run by tests/triton_interp/ci.sh in its own venv
 (.venv-triton: triton installed in the main venv makes transformers import
-it, and the doubles tests of tests/plugins then skip). See spikes/triton/MEMO.md.
+it, and the doubles tests of tests/plugins then skip). See README.md beside this file.
 """
 
 from __future__ import annotations
