@@ -10,32 +10,57 @@ from numbers import Real
 from mixboard.errors import UsageError
 
 
-def integer(name: str, value, low: int | None = None, high: int | None = None) -> int:
-    """An int (numpy's too, never a bool) within [low, high]."""
+def show(value, limit: int = 60) -> str:
+    """repr(value), cut short: a message stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def is_integer(value) -> bool:
+    """An int (numpy's too), never a bool."""
     if isinstance(value, bool):
-        raise UsageError(f"{name} must be an integer, not {value!r}")
+        return False
     try:
-        number = operator.index(value)
+        operator.index(value)
     except TypeError:
-        raise UsageError(f"{name} must be an integer, not {value!r}") from None
-    if low is not None and number < low or high is not None and number > high:
-        raise UsageError(f"{name} must be {_range(low, high)}, not {number}")
+        return False
+    return True
+
+
+def integer(name: str, value, low: int | None = None, high: int | None = None, *, error=UsageError) -> int:
+    """An int (numpy's too, never a bool) within [low, high]; else ``error`` naming what is wanted."""
+    if not is_integer(value) or low is not None and value < low or high is not None and value > high:
+        raise error(f"{name} must be {_wanted('an integer', low, high)}, not {show(value)}")
+    return operator.index(value)
+
+
+def real(name: str, value, low: float | None = None, high: float | None = None, *, above: bool = False,
+         error=UsageError) -> float:
+    """A finite real number (an int is fine, a bool is not) within [low, high], or above low with
+    ``above``; else ``error`` naming what is wanted."""
+    number = _float(value) if isinstance(value, Real) and not isinstance(value, bool) else math.nan
+    if (not math.isfinite(number) or low is not None and (number <= low if above else number < low)
+            or high is not None and number > high):
+        raise error(f"{name} must be {_wanted('a finite number', low, high, above)}, not {show(value)}")
     return number
 
 
-def real(name: str, value, low: float | None = None, high: float | None = None) -> float:
-    """A finite real number (an int is fine, a bool is not) within [low, high]."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise UsageError(f"{name} must be a number, not {value!r}")
+def _float(value) -> float:
+    """float(value), an int too large for a float being infinite."""
     try:
-        number = float(value)
-    except OverflowError:  # an int too large for a float
-        number = math.inf
-    if not math.isfinite(number):
-        raise UsageError(f"{name} must be a finite number, not {number}")
-    if low is not None and number < low or high is not None and number > high:
-        raise UsageError(f"{name} must be {_range(low, high)}, not {number}")
-    return number
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _wanted(what: str, low, high, above: bool = False) -> str:
+    if low is not None and high is not None:
+        return f"{what} above {low} and <= {high}" if above else f"{what} from {low} to {high}"
+    if low is not None:
+        return f"{what} {'above' if above else '>='} {low}"
+    if high is not None:
+        return f"{what} <= {high}"
+    return what
 
 
 def flag(name: str, value) -> bool:
@@ -47,14 +72,6 @@ def flag(name: str, value) -> bool:
 def token_ids(name: str, value) -> tuple[int, ...]:
     """A sequence of non-negative token ids (a lone int or a string is a mistake, not a sequence)."""
     return tuple(integer(f"{name} entry", t, 0) for t in listing(name, value, "token ids"))
-
-
-def _range(low, high) -> str:
-    if high is None:
-        return f">= {low}"
-    if low is None:
-        return f"<= {high}"
-    return f"between {low} and {high}"
 
 
 def instance(name: str, value, cls: type, wanted: str | None = None):

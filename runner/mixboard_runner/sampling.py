@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mixboard.errors import UsageError
 
 from . import checks
 
@@ -31,12 +30,10 @@ class SamplingParams:
         fields = {"max_tokens": checks.integer("max_tokens", self.max_tokens, 1),
                   "temperature": checks.real("temperature", self.temperature, 0.0),
                   "top_k": checks.integer("top_k", self.top_k, 0),
-                  "top_p": checks.real("top_p", self.top_p),
+                  "top_p": checks.real("top_p", self.top_p, 0.0, 1.0, above=True),
                   "seed": None if self.seed is None else checks.integer("seed", self.seed, 0, 2**64 - 1),
                   "stop_token_ids": checks.token_ids("stop_token_ids", self.stop_token_ids),
                   "ignore_eos": checks.flag("ignore_eos", self.ignore_eos)}
-        if not 0.0 < fields["top_p"] <= 1.0:
-            raise UsageError(f"top_p must be in (0, 1], not {fields['top_p']}")
         for name, value in fields.items():  # normalized: plain ints and floats, a tuple of ids
             object.__setattr__(self, name, value)
 

@@ -12,6 +12,9 @@ from typing import Any
 
 from mixboard.errors import UsageError
 
+from .. import checks
+from ..checks import is_integer, show  # noqa: F401 (show: the model files' import)
+
 # The deepest released models have ~130 layers; building 1024 on the meta device is well under a second.
 MAX_LAYERS = 1024
 # Any one width, head count, state size or vocabulary (released vocabularies are below 2**19). Products of
@@ -26,30 +29,13 @@ class ModelError(UsageError):
     """A model directory, config or checkpoint that cannot be used as it is."""
 
 
-def show(value, limit: int = 60) -> str:
-    """repr(value), cut short: a message stays one readable line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_size(label: str, value, low: int = 1, high: int | None = MAX_SIZE) -> int:
-    if not _is_int(value) or value < low or (high is not None and value > high):
-        wanted = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
-        raise ModelError(f"config.json: {label} must be {wanted}, not {show(value)}")
-    return value
+    return checks.integer(f"config.json: {label}", value, low, high, error=ModelError)
 
 
 def check_number(label: str, value, zero_ok: bool = False) -> float:
     """A finite number above 0 (or >= 0 with ``zero_ok``)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(_float(value))
-    if not ok or value < 0 or (value == 0 and not zero_ok):
-        wanted = "a finite number >= 0" if zero_ok else "a finite number above 0"
-        raise ModelError(f"config.json: {label} must be {wanted}, not {show(value)}")
-    return float(value)
+    return checks.real(f"config.json: {label}", value, 0, above=not zero_ok, error=ModelError)
 
 
 class ConfigReader:
@@ -72,7 +58,7 @@ class ConfigReader:
     def _typed(self, key, value, kind):
         if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        if kind is int and _is_int(value):
+        if kind is int and is_integer(value):
             return value
         if kind in (bool, str, list, dict) and isinstance(value, kind):
             return value
@@ -105,7 +91,7 @@ class ConfigReader:
         value = self.config.get(key)
         if value is None:
             return []
-        if not isinstance(value, list) or not all(_is_int(i) and i >= 0 for i in value):
+        if not isinstance(value, list) or not all(is_integer(i) and i >= 0 for i in value):
             raise ModelError(f"config.json: {key!r} must be a list of layer indices (integers >= 0), not {show(value)}")
         return value
 
@@ -158,7 +144,7 @@ class ConfigReader:
         if eos is None:
             return ()
         ids = eos if isinstance(eos, list) else [eos]
-        if not all(_is_int(i) and i >= 0 for i in ids):
+        if not all(is_integer(i) and i >= 0 for i in ids):
             raise ModelError(f"config.json: 'eos_token_id' must be a token id or a list of token ids "
                              f"(integers >= 0), not {show(eos)}")
         return tuple(ids)
@@ -199,14 +185,6 @@ def _rope_scaling(key: str, scaling) -> dict | None:
         check_size(f"'{key}.original_max_position_embeddings'", scaling.get("original_max_position_embeddings"),
                    high=None)
     return scaling
-
-
-def _float(value) -> float:
-    """float(value), an int too large for a float being infinite."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
 
 
 def _json_float(value) -> float:
