@@ -1,12 +1,12 @@
 """Typed backend options: what a backend lets its users set.
 
-A backend declares them as a tuple of ``Option``::
+A backend declares them as a tuple of ``Option`` in its declaration::
 
     class LinearOneDnn(Backend):
-        options = (
+        declaration = PLUGIN(name="linear_onednn", kind="linear", options=(
             Option("layout", str, "packed", "how the weight is stored for oneDNN's product",
                    choices=("packed", "as_loaded", "column_major")),
-        )
+        ))
 
 and receives every declared option's value, the user's or the default, as
 ``options`` in ``make_impl`` and ``builder`` (an ``OptionValues``: read-only,

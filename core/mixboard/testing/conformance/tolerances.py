@@ -1,9 +1,10 @@
 """How close a backend must come to the oracle, per dtype.
 
-A backend declares its own bounds as a class attribute::
+A backend declares its own bounds in its declaration::
 
     class AcmeAttention(Backend):
-        tolerances = {"float32": 1e-5, "bfloat16": 2e-2}
+        declaration = Declaration(name="acme_attn", kind="attention", ...,
+                                  tolerances={"float32": 1e-5, "bfloat16": 2e-2})
 
 Dtypes it leaves out take the kit's defaults below. The bound is on the
 largest absolute difference between the backend's output and the oracle's

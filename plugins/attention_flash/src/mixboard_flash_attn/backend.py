@@ -1,7 +1,8 @@
 """``flash_attn``: FlashAttention-2's varlen kernel over the paged K/V cache.
 
 This module is what listing and selection read; it imports neither torch
-nor flash_attn. The limits below are flash-attn 2.8's (csrc/flash_attn/flash_api.cpp).
+nor flash_attn. The limits are flash-attn 2.8's (csrc/flash_attn/flash_api.cpp); those the
+declaration states are in declarations.py.
 """
 
 from __future__ import annotations
@@ -10,34 +11,15 @@ from importlib import metadata
 
 from mixboard import Backend, StateSpec
 
+from .declarations import FLASH_ATTN, HEAD_SIZE_MULTIPLE, INSTALL_HINT, MAX_HEAD_SIZE, ROCM_ARCHS
 from .paging import PAGE_MULTIPLE
 
 MIN_CAPABILITY = (8, 0)  # "FlashAttention only supports Ampere GPUs or newer"
-# The architectures flash-attn's ROCm build (Composable Kernel) compiles for: its README's GPU_ARCHS
-# (MI200, MI300, MI350, RDNA 3 and 4). Its paged kernel wants blocks of a multiple of 128, which PAGE_MULTIPLE is.
-ROCM_ARCHS = ("gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201")
-MAX_HEAD_SIZE = 256
-HEAD_SIZE_MULTIPLE = 8
 MIN_VERSION = (2, 6)  # softcap in the varlen kernel (block_table came in 2.5)
-
-INSTALL_HINT = ("pip install 'mixboard-flash-attn[flash]' on a CUDA or ROCm machine; flash-attn compiles its "
-                "kernels there (nvcc, or hipcc for its ROCm build), see its README")
 
 
 class FlashAttention(Backend):
-    name = "flash_attn"
-    kind = "attention"
-    priority = 100
-    devices = ("cuda",)
-    dtypes = ("bfloat16", "float16")
-    requires = ("flash_attn",)
-    install_hint = INSTALL_HINT
-    api_version = 1
-    capture = "never"  # unverified without a GPU; max_seqlen_q and max_seqlen_k are per-step ints
-    description = (f"flash-attn 2 varlen kernel over the paged cache (block_table); NVIDIA compute capability >= 8.0 "
-                   f"or AMD {', '.join(ROCM_ARCHS[:3])} and RDNA 3/4 (ROCm, no softcap), "
-                   f"head sizes up to {MAX_HEAD_SIZE} in multiples of {HEAD_SIZE_MULTIPLE}, "
-                   f"cache blocks of a multiple of {PAGE_MULTIPLE} tokens")
+    declaration = FLASH_ATTN
 
     @classmethod
     def state_spec(cls, spec):

@@ -1,7 +1,7 @@
 """Backend ``gdn_torch``: Gated DeltaNet in plain PyTorch, on any torch device.
 
-Declarations only; torch is imported when the backend is built (``torch_impl.py``), so listing and
-explaining stay fast.
+Its facts are declarations.py's; torch is imported when the backend is built (``torch_impl.py``), so
+listing and explaining stay fast.
 """
 
 from __future__ import annotations
@@ -11,16 +11,11 @@ from typing import Any
 
 from mixboard import Backend
 
+from .declarations import GDN_TORCH
+
 
 class GdnTorch(Backend):
-    name = "gdn_torch"
-    kind = "gated_delta_net"
-    priority = 10
-    devices = ("*",)
-    dtypes = ("float32", "bfloat16", "float16")
-    api_version = 1
-    capture = "never"  # its decodes read SlotStep.decode_range, a per-step tuple; its prefills loop over ints
-    description = "Gated DeltaNet in PyTorch: chunked prefill scan, batched decode step (any torch device)"
+    declaration = GDN_TORCH
 
     @classmethod
     def builder(cls, spec: Any, env: Any):

@@ -14,6 +14,8 @@ from functools import lru_cache, partial
 
 from mixboard import Backend
 
+from .declarations import MAMBA1_CPU
+
 INSTALL_HINT = "reinstall mixboard-mamba1 where a C compiler with OpenMP (gcc) is present, to build it"
 
 
@@ -23,15 +25,7 @@ def kernel_missing() -> bool:
 
 
 class Mamba1Cpu(Backend):
-    name = "mamba1_cpu"
-    kind = "mamba1"
-    priority = 20  # above mamba1_torch, which serves everything this does not
-    devices = ("cpu",)
-    dtypes = ("float32",)
-    api_version = 1
-    capture = "never"  # its kernel reads SlotStep.decode_slots, made once per meta on first use
-    description = ("mamba1_torch with decode steps in one C call per layer (conv, projections and state update "
-                   "read and written in the state pools in place); CPU, float32")
+    declaration = MAMBA1_CPU
 
     @classmethod
     def check(cls, spec, env):

@@ -1,7 +1,8 @@
 """``mamba1_cuda``: Mamba1 on the fused kernels of mamba-ssm and causal-conv1d.
 
-Declarations only: listing and selecting must not pay for torch or the CUDA
-libraries, which are imported when the backend is built (``cuda_impl.py``).
+Its facts are declarations.py's. Listing and selecting must not pay for torch
+or the CUDA libraries, which are imported when the backend is built
+(``cuda_impl.py``).
 """
 
 from __future__ import annotations
@@ -11,20 +12,12 @@ from importlib import metadata
 
 from mixboard import Backend
 
+from .declarations import MAMBA1_CUDA
 from .versions import MIN_VERSIONS, too_old
 
 
 class Mamba1Cuda(Backend):
-    name = "mamba1_cuda"
-    kind = "mamba1"
-    priority = 100
-    devices = ("cuda",)
-    dtypes = ("float32", "bfloat16", "float16")
-    requires = ("mamba_ssm", "causal_conv1d")
-    install_hint = "pip install 'mixboard-mamba1[cuda]' (builds CUDA kernels; needs a CUDA toolchain)"
-    api_version = 1
-    capture = "never"  # unverified without a GPU; plans like mamba1_torch (SlotStep)
-    description = "mamba-ssm's selective scan and state update, causal-conv1d's conv (CUDA)"
+    declaration = MAMBA1_CUDA
 
     @classmethod
     def check(cls, spec, env):

@@ -1,7 +1,7 @@
 """``mamba1_torch``: Mamba1 in portable PyTorch, on any torch device.
 
-Declarations only; torch is imported when the backend is built
-(``torch_impl.py``), so listing and selecting stay fast.
+Its facts are declarations.py's; torch is imported when the backend is
+built (``torch_impl.py``), so listing and selecting stay fast.
 """
 
 from __future__ import annotations
@@ -10,16 +10,11 @@ from functools import partial
 
 from mixboard import Backend
 
+from .declarations import MAMBA1_TORCH
+
 
 class Mamba1Torch(Backend):
-    name = "mamba1_torch"
-    kind = "mamba1"
-    priority = 10
-    devices = ("*",)
-    dtypes = ("float32", "bfloat16", "float16")
-    api_version = 1
-    capture = "never"  # its decodes read SlotStep.decode_range, a per-step tuple; its prefills, ints
-    description = "portable PyTorch: chunked selective scan for prefills, one fused step for decodes"
+    declaration = MAMBA1_TORCH
 
     @classmethod
     def builder(cls, spec, env):

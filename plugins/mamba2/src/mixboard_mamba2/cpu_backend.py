@@ -5,8 +5,8 @@ On a CPU in float32, four parts of a step run in one C call each
 (one (sequence, head) at a time, its chunks in cache, instead of ssd.py's
 [heads, chunks, Q, Q] tensors) and the D skip with the gated RMSNorm; and
 (``_decode.c``) the decodes' state update, each record updated where it
-lies in the pool, with no gather or scatter. Declarations only: listing and
-selection import neither torch nor the kernels.
+lies in the pool, with no gather or scatter. Its facts are declarations.py's;
+listing and selection import neither torch nor the kernels.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any
 from mixboard import Backend
 from mixboard.kinds.mamba2 import Mamba2Spec
 
+from .declarations import MAMBA2_CPU
+
 INSTALL_HINT = "reinstall mixboard-mamba2 where a C compiler with OpenMP (gcc) is present, to build it"
 
 
@@ -27,16 +29,7 @@ def kernel_missing() -> bool:
 
 
 class Mamba2Cpu(Backend):
-    name = "mamba2_cpu"
-    kind = "mamba2"
-    priority = 20  # above mamba2_torch, which serves everything this does not
-    devices = ("cpu",)
-    dtypes = ("float32",)
-    api_version = 1
-    capture = "never"  # its kernels walk CommonBatchMetadata.sequence_rows, made on first use
-    description = ("mamba2_torch with the causal conv, the prefills' SSD scan (one sequence and head at a time, "
-                   "its chunks in cache), the decodes' state update (in place in the pool) and the gated norm "
-                   "in C; CPU, float32")
+    declaration = MAMBA2_CPU
 
     @classmethod
     def check(cls, spec: Mamba2Spec, env: Any):

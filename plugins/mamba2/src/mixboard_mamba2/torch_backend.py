@@ -1,7 +1,7 @@
 """Backend ``mamba2_torch``: Mamba-2 in plain PyTorch, on any torch device.
 
-Declarations only; torch is imported when the backend is built
-(``torch_impl.py``), so listing and explaining stay fast.
+Its facts are declarations.py's; torch is imported when the backend is
+built (``torch_impl.py``), so listing and explaining stay fast.
 """
 
 from __future__ import annotations
@@ -12,16 +12,11 @@ from typing import Any
 from mixboard import Backend
 from mixboard.kinds.mamba2 import Mamba2Spec
 
+from .declarations import MAMBA2_TORCH
+
 
 class Mamba2Torch(Backend):
-    name = "mamba2_torch"
-    kind = "mamba2"
-    priority = 10
-    devices = ("*",)
-    dtypes = ("float32", "bfloat16", "float16")
-    api_version = 1
-    capture = "never"  # its decodes read SlotStep.decode_range, a per-step tuple; its prefills, ints
-    description = "Mamba-2 SSD in PyTorch: chunked prefill scan, batched decode step (any torch device)"
+    declaration = MAMBA2_TORCH
 
     @classmethod
     def builder(cls, spec: Mamba2Spec, env: Any):

@@ -13,8 +13,9 @@ from functools import lru_cache, partial
 
 from mixboard import Backend
 
+from .declarations import MAX_WIDTH, SHORT_CONV_CPU
+
 INSTALL_HINT = "reinstall mixboard-shortconv where a C compiler with OpenMP (gcc) is present, to build it"
-MAX_WIDTH = 8  # the kernel's window registers (_gated_conv.c)
 
 
 @lru_cache(maxsize=None)
@@ -23,15 +24,7 @@ def kernel_missing() -> bool:
 
 
 class ShortConvCpu(Backend):
-    name = "short_conv_cpu"
-    kind = "short_conv"
-    priority = 20  # above short_conv_torch, which serves everything this does not
-    devices = ("cpu",)
-    dtypes = ("float32",)
-    api_version = 1
-    capture = "never"  # its kernel walks CommonBatchMetadata.sequence_rows, made once per step on first use
-    description = ("the gated conv of a whole step in one C call, states read and written in their slots; "
-                   f"CPU, float32, conv width up to {MAX_WIDTH}")
+    declaration = SHORT_CONV_CPU
 
     @classmethod
     def check(cls, spec, env):

@@ -15,20 +15,13 @@ from importlib import metadata
 
 from mixboard import Backend
 
+from .declarations import SHORT_CONV_CUDA
+
 MIN_VERSION = (1, 5)
 
 
 class ShortConvCuda(Backend):
-    name = "short_conv_cuda"
-    kind = "short_conv"
-    priority = 100
-    devices = ("cuda",)
-    dtypes = ("float32", "bfloat16", "float16")
-    requires = ("causal_conv1d",)
-    install_hint = "pip install 'mixboard-shortconv[cuda]' (builds CUDA kernels)"
-    api_version = 1
-    capture = "never"  # unverified without a GPU; plans like short_conv_torch (SlotStep)
-    description = "causal-conv1d's CUDA kernels: one channel-last conv over the ragged step; batched decode update"
+    declaration = SHORT_CONV_CUDA
 
     @classmethod
     def check(cls, spec, env):

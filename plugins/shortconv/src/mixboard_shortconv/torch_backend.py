@@ -6,16 +6,11 @@ from functools import partial
 
 from mixboard import Backend
 
+from .declarations import SHORT_CONV_TORCH
+
 
 class ShortConvTorch(Backend):
-    name = "short_conv_torch"
-    kind = "short_conv"
-    priority = 10
-    devices = ("*",)
-    dtypes = ("float32", "bfloat16", "float16")
-    api_version = 1
-    capture = "never"  # its decodes read SlotStep.decode_range, a per-step tuple; its ragged conv indexes in forward
-    description = "portable PyTorch: one depthwise conv over the ragged step; decodes as one batched state update"
+    declaration = SHORT_CONV_TORCH
 
     @classmethod
     def builder(cls, spec, env):

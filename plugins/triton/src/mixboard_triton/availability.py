@@ -13,8 +13,9 @@ Nothing here imports torch or triton, so listing and explaining stay fast.
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from mixboard.triton_reasons import triton_reasons as core_reasons
 
 DEVICES = ("cuda", "xpu", "cpu")  # cpu: under Triton's interpreter only (gpu_reasons says so)
 
@@ -31,28 +32,7 @@ INSTALL_HINT = ("pip install 'mixboard-triton[gpu]' on a GPU machine (NVIDIA: tr
                 "of torch's ROCm build; Intel: pytorch-triton-xpu)")
 
 
-def triton_interpreter_on() -> bool:
-    """Whether Triton runs kernels in its interpreter, as Triton reads ``TRITON_INTERPRET``
-    (read here, not imported: checking imports nothing)."""
-    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
-
-
 def triton_reasons(spec: Any, env: Any) -> list[str]:
-    """Why Triton's kernels cannot serve a layer of ``spec`` in ``env`` (the device, the
-    interpreter's dtypes, the GPU's generation); empty when they can."""
-    reasons = []
-    interpreted = triton_interpreter_on()
-    if env.device == "cpu" and not interpreted:
-        reasons.append("runs on cpu only under Triton's interpreter (TRITON_INTERPRET=1), a test lane thousands "
-                       "of times slower than the CPU backends; on a GPU otherwise")
-    elif interpreted:
-        for dtype in sorted({spec.dtype, getattr(spec, "state_dtype", None) or spec.dtype} - {"float32"}):
-            reasons.append(f"Triton's interpreter (TRITON_INTERPRET=1) gives wrong {dtype} results; "
-                           "float32 only there")
-    cap = env.capability  # NVIDIA's only: None on ROCm, XPU and where unknown
-    if cap is not None and cap < (7, 0):
-        reasons.append(f"Triton needs compute capability 7.0 or newer; this GPU has {env.capability_text}")
-    elif cap is not None and cap < (8, 0) and "bfloat16" in (spec.dtype, getattr(spec, "state_dtype", None)):
-        reasons.append(f"bfloat16 needs compute capability 8.0 or newer; this GPU has {env.capability_text} "
-                       "(use float16 or float32)")
-    return reasons
+    """Why Triton's kernels cannot serve a layer of ``spec`` in ``env`` (mixboard.triton_reasons: the
+    device, the interpreter's dtypes, the GPU's generation), for the layer's dtype and its state's."""
+    return core_reasons(env, (spec.dtype, getattr(spec, "state_dtype", None) or spec.dtype))

@@ -3,7 +3,7 @@
 one-token update (``_scan.py``); the x_proj and dt_proj products between
 them are torch matmuls.
 
-Declarations only: listing and selecting import neither torch nor triton.
+Its facts are declarations.py's; listing and selecting import neither torch nor triton.
 """
 
 from __future__ import annotations
@@ -12,23 +12,14 @@ from functools import partial
 
 from mixboard import Backend
 
-from .availability import DEVICES, INSTALL_HINT, PRIORITY, triton_reasons
+from .availability import triton_reasons
+from .declarations import MAMBA1_TRITON
 
 MAX_D_STATE = 256  # h is [channels, d_state] in registers; the block of channels shrinks as d_state grows
 
 
 class Mamba1Triton(Backend):
-    name = "mamba1_triton"
-    kind = "mamba1"
-    priority = PRIORITY
-    devices = DEVICES
-    dtypes = ("float32", "bfloat16", "float16")
-    requires = ("triton",)
-    install_hint = INSTALL_HINT
-    api_version = 1
-    capture = "never"  # unverified without a GPU; plans like mamba1_torch (SlotStep)
-    description = ("mixboard's Triton kernels: causal conv and selective scan over a ragged step, the one-token "
-                   "conv step and state update for decodes; states in their slots, any conv width")
+    declaration = MAMBA1_TRITON
 
     @classmethod
     def check(cls, spec, env):

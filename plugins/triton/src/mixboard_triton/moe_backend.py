@@ -2,28 +2,19 @@
 (token, expert) pairs grouped by expert, one program per (expert, tile of pairs, block of columns);
 routing in torch, as moe_torch routes.
 
-Declarations only: listing and selecting import neither torch nor triton.
+Its facts are declarations.py's; listing and selecting import neither torch nor triton.
 """
 
 from __future__ import annotations
 
 from mixboard import Backend
 
-from .availability import DEVICES, INSTALL_HINT, PRIORITY, triton_reasons
+from .availability import triton_reasons
+from .declarations import MOE_TRITON
 
 
 class MoETriton(Backend):
-    name = "moe_triton"
-    kind = "moe"
-    priority = PRIORITY
-    devices = DEVICES
-    dtypes = ("float32", "bfloat16", "float16")
-    requires = ("triton",)
-    install_hint = INSTALL_HINT
-    api_version = 1
-    description = ("mixboard's Triton kernels: routing in float32 (torch), the (token, expert) pairs sorted by "
-                   "expert once, one program per tile of an expert's pairs for gate/up (SwiGLU or relu^2 applied "
-                   "in the tile) and one for down; the weighted sum over a token's experts in float32")
+    declaration = MOE_TRITON
 
     @classmethod
     def check(cls, spec, env):

@@ -9,8 +9,7 @@ from mixboard_sdpa.backend import SdpaAttention
 
 
 class SkewSdpa(SdpaAttention):
-    name = "skew_sdpa"
-    priority = 100
+    declaration = SdpaAttention.declaration(name="skew_sdpa", priority=100)  # sdpa's, renamed, first in priority
 
 
 def _rank() -> int | None:
