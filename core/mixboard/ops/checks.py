@@ -66,7 +66,13 @@ def expect(layer: str, what: str, tensor: Any, shape: Sequence[int | None], dtyp
     if not isinstance(tensor, torch.Tensor):
         raise BackendInputError(f"{layer}: {what} must be a tensor, got {type(tensor).__name__}")
     actual = tensor.shape
-    if len(actual) != len(shape) or any(e is not None and e != s for e, s in zip(shape, actual)):
+    fits = len(actual) == len(shape)
+    if fits:
+        for e, s in zip(shape, actual):  # a loop, not any(genexpr): no generator frame per dimension
+            if e is not None and e != s:
+                fits = False
+                break
+    if not fits:
         wanted = "[" + ", ".join("*" if e is None else str(e) for e in shape) + "]"
         raise BackendInputError(f"{layer}: {what} must have shape {wanted}, got {list(actual)}")
     if dtype is not None and tensor.dtype != dtype:

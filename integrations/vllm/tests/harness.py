@@ -19,6 +19,9 @@ How the lane shares work (a new test file adopts it by using these fixtures and 
   in that mode, on one rank or two, is compared with its ids. ``checkpoint(name)`` writes a
   models.py checkpoint once per session.
 - Every run of a session shares one compile cache (VLLM_CACHE_ROOT under the session's folder).
+- ci.sh runs the test files in two pytest-xdist workers (--dist loadfile: a file's module fixtures,
+  and so its engines, stay in one worker); session fixtures are each worker's own, and each worker's
+  engines keep to one core (``_cores``).
 """
 
 from __future__ import annotations
@@ -90,20 +93,26 @@ class Host:
             self.kill()
             raise subprocess.TimeoutExpired(request["model"], timeout)
         line = self.replies.readline()
-        if not line:  # the host died without answering
-            return self.proc.wait() or 1
+        if not line:  # the host died without answering: its engine's processes may remain
+            rc = self.proc.wait() or 1
+            self.kill()
+            return rc
         rc = json.loads(line)["rc"]
-        if rc:
+        if rc:  # the host ends after a failed engine, skipping vLLM's clean-up: end what it left
             self.proc.wait()
+            self.kill()
         return rc
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        if self.alive():
+        """The host and whatever it started (its own session: engine core, workers), even after it exited."""
+        try:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        except ProcessLookupError:  # nothing of the session left
+            pass
+        self.proc.wait()
 
     def close(self) -> None:
         if self.alive():
@@ -111,7 +120,8 @@ class Host:
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
-                self.kill()
+                pass
+        self.kill()  # whatever a shutdown left behind in the host's session
         self.replies.close()
 
 
@@ -136,10 +146,24 @@ def _host(tmp, env: dict) -> Host:
     return host
 
 
+def _cores(extra: dict) -> str:
+    """Where the engine's CPU workers bind their OpenMP threads (vLLM's VLLM_CPU_OMP_THREADS_BIND).
+    ci.sh runs the lane in pytest-xdist workers, two at once: each worker's engines keep to a core of
+    their own, as vLLM's own default ('auto': one core, one thread, on this 2-core machine) would
+    put every engine on core 0. An engine on several ranks takes a core per rank."""
+    ranks = extra.get("tensor_parallel_size", 1) * extra.get("pipeline_parallel_size", 1)
+    cores = os.cpu_count() or 1
+    if ranks > 1:
+        return "|".join(str(rank % cores) for rank in range(ranks))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ...
+    return str(int(worker.removeprefix("gw") or 0) % cores)
+
+
 def run(tmp, tag: str, model: str, env: dict | None = None, extra: dict | None = None, timeout: int = 600) -> Run:
     out, trace, log = (os.path.join(tmp, f"{tag}.{x}") for x in ("json", "trace", "log"))
     # one compile cache per session, not the user's: a run must never load a graph another session compiled
     e = {**os.environ, "MIXBOARD_VLLM_TRACE": trace, "VLLM_CACHE_ROOT": os.path.join(tmp, "vllm-cache"), **(env or {})}
+    e.setdefault("VLLM_CPU_OMP_THREADS_BIND", _cores(extra or {}))
     for stale in (out, trace):
         if os.path.exists(stale):
             os.remove(stale)
