@@ -36,8 +36,9 @@ class Declaration:
     """The facts of one backend (or, before ``name`` and ``kind``, those a plugin's backends share).
 
     ``Declaration(**facts)`` with keywords from ``FACTS``; ``declaration(**more)``
-    is a new declaration with ``more`` added or replaced. Facts left out take
-    ``Backend``'s defaults (priority 0, capture "never", no options, ...).
+    is a new declaration with ``more`` added or replaced. Facts left out are
+    inherited from the backend's parent class, as attributes are, and from
+    ``Backend`` at last (priority 0, capture "never", no options, ...).
     """
 
     __slots__ = ("facts",)
