@@ -19,13 +19,6 @@ def workdir(tmp_path_factory):
     harness.close_hosts()
 
 
-def pytest_terminal_summary(terminalreporter):
-    s = harness.STARTS
-    if s["engines"]:
-        terminalreporter.write_line(f"vLLM engines: {s['engines']}, started by {s['hosts']} engine_host.py processes: "
-                                    f"{s['engines'] - s['hosts']} starts of an LLM() process saved")
-
-
 @pytest.fixture(scope="session")
 def checkpoint(workdir):
     made = {}

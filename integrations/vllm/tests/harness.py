@@ -126,7 +126,6 @@ class Host:
 
 
 HOSTS: dict[tuple, Host] = {}
-STARTS = {"engines": 0, "hosts": 0}  # the session's count: engines run, host processes started
 
 
 def close_hosts() -> None:
@@ -142,7 +141,6 @@ def _host(tmp, env: dict) -> Host:
             host.close()
         start = {**os.environ, "VLLM_CACHE_ROOT": env["VLLM_CACHE_ROOT"], **{k: env[k] for k in HOST_KEYS if k in env}}
         host = HOSTS[key] = Host(start, os.path.join(tmp, "engine_hosts.log"))
-        STARTS["hosts"] += 1
     return host
 
 
@@ -167,7 +165,6 @@ def run(tmp, tag: str, model: str, env: dict | None = None, extra: dict | None =
     for stale in (out, trace):
         if os.path.exists(stale):
             os.remove(stale)
-    STARTS["engines"] += 1
     rc = _host(tmp, e).ask({"model": model, "out": out, "log": log, "env": e, "extra": extra or {}}, timeout)
     with open(log) as f:
         text = f.read()

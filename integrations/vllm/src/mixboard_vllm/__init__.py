@@ -1,5 +1,6 @@
-"""mixboard inside vLLM: vLLM's attention, mamba1, mamba2 and short_conv layers run on the
-backends mixboard's registry plans for them.
+"""mixboard inside vLLM: vLLM's attention, mamba1, mamba2, short_conv and Gated DeltaNet layers,
+and the experts vLLM's own build cannot run (moe), run on the backends mixboard's registry plans
+for them.
 
 ``register()`` is the ``vllm.general_plugins`` entry point; vLLM calls it once in each of its
 processes (LLM/API, engine core, workers) before it builds a model. It registers class paths

@@ -157,7 +157,7 @@ class ProcessPlan:
 def _planned(registry, layers, env, model_type=None):
     """The mixers' plan: by the rules, or exactly a lock's ($MIXBOARD_LOCK, `mixboard lock`), whose
     layers are matched to vLLM's by name, else by kind and block (``_lock_names``); the lock's dense
-    ops are vLLM's own here."""
+    ops are vLLM's own here (but for experts taken over, layers/moe.py)."""
     backend, prefer = os.environ.get("MIXBOARD_BACKEND") or None, os.environ.get("MIXBOARD_PREFER") or None
     options = os.environ.get("MIXBOARD_BACKEND_OPTIONS") or None
     path = os.environ.get("MIXBOARD_LOCK") or None

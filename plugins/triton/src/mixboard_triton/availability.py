@@ -17,7 +17,7 @@ from typing import Any
 
 from mixboard.triton_reasons import triton_reasons as core_reasons
 
-DEVICES = ("cuda", "xpu", "cpu")  # cpu: under Triton's interpreter only (gpu_reasons says so)
+DEVICES = ("cuda", "xpu", "cpu")  # cpu: under Triton's interpreter only (triton_reasons says so)
 
 # Among the first-party values (docs/plugins.md, "Priorities"): above portable PyTorch (10), so that on a
 # GPU without a vendor library for the layer (AMD and Intel mostly) these kernels serve; below the vendor
