@@ -6,16 +6,44 @@ from typing import Any, Mapping
 
 import torch
 
-from ..dtypes import torch_dtype
+from ..dtypes import DTYPES, torch_dtype
 from ..kinds.attention import AttentionSpec
-from .checks import BackendInputError, expect, expect_pool, expect_state
+from .checks import BackendInputError, expect, expect_pool, expect_state, record_stride
 
 
 def check_paged_inputs(layer: str, spec: AttentionSpec, q: Any, k: Any, v: Any, state: Mapping[str, Any],
                        num_tokens: int, block_size: int, block_range: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Raise BackendInputError unless q, k, v and the canonical pools fit the
     spec and the step; return (k_cache, v_cache). Reads only shapes, dtypes,
-    devices and host-side facts, so it never waits for the device."""
+    devices and host-side facts, so it never waits for the device.
+
+    Every attention layer runs this on every step, inside engines too, so
+    the inputs are first compared all at once (a few C calls a tensor); only
+    inputs that do not pass go through the checks one by one, which then
+    name what is wrong."""
+    try:
+        k_cache, v_cache = state["k_cache"], state["v_cache"]
+        dtype = _DTYPES[spec.dtype]
+        heads, kv = (num_tokens, spec.num_heads, spec.head_size), (num_tokens, spec.num_kv_heads, spec.head_size)
+        pool = (block_size, spec.num_kv_heads, spec.head_size)
+        device = q.device
+        if (q.shape == heads and k.shape == kv and v.shape == kv and k_cache.shape[1:] == pool
+                and v_cache.shape == k_cache.shape and q.dtype == k.dtype == v.dtype == k_cache.dtype == v_cache.dtype
+                == dtype and k.device == device and v.device == device and k_cache.device == device
+                and v_cache.device == device and (k_cache.is_contiguous() or record_stride(k_cache) is not None)
+                and (v_cache.is_contiguous() or record_stride(v_cache) is not None)
+                and 0 <= block_range[0] and block_range[1] < k_cache.shape[0]):
+            return k_cache, v_cache
+    except (AttributeError, KeyError, TypeError):  # not tensors, a missing pool: named below
+        pass
+    return _check_one_by_one(layer, spec, q, k, v, state, num_tokens, block_size, block_range)
+
+
+_DTYPES = {name: torch_dtype(name) for name in DTYPES}
+
+
+def _check_one_by_one(layer: str, spec: AttentionSpec, q: Any, k: Any, v: Any, state: Mapping[str, Any],
+                      num_tokens: int, block_size: int, block_range: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     dtype = torch_dtype(spec.dtype)
     T, H, KVH, D = num_tokens, spec.num_heads, spec.num_kv_heads, spec.head_size
     expect(layer, "q", q, (T, H, D), dtype)

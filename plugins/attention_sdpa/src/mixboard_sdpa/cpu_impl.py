@@ -19,6 +19,10 @@ from . import _paged_decode  # noqa: E402  (after torch: the kernel then shares 
 class SdpaCpuAttentionImpl(SdpaAttentionImpl):
     _blocks: tuple[int, int] = (0, 0)  # this forward's block strides of k_cache and v_cache, set by _write
 
+    def __init__(self, spec):
+        super().__init__(spec)
+        self._scale, self._soft_cap = float(self.scale), float(spec.logits_soft_cap or 0.0)  # the kernel's doubles
+
     def _write(self, k_cache, v_cache, meta: SdpaMeta, k, v) -> None:
         row = self.spec.num_kv_heads * self.spec.head_size
         # Each block is contiguous (check_inputs holds the pools to the state contract); blocks are stride(0) apart.
@@ -38,7 +42,7 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
         n = meta.common.num_decodes
         if n:
             common = meta.common
-            self._attend(q[:n], k_cache, v_cache, out, 0, common.block_table, common.seq_lens, None)
+            self._attend(q, 0, n, k_cache, v_cache, out, common.block_table, common.seq_lens, None)
 
     def _prefills(self, q, k, v, k_cache, v_cache, out, meta: SdpaMeta) -> None:
         """Every prefill token as a row of the kernel that sees keys 0..its position, read from the cache
@@ -47,17 +51,19 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
             return super()._prefills(q, k, v, k_cache, v_cache, out, meta)
         rows, seen = meta.prefill_rows
         n = meta.common.num_decodes
-        self._attend(q[n:], k_cache, v_cache, out, n, meta.common.block_table, seen, rows)
+        self._attend(q, n, q.shape[0] - n, k_cache, v_cache, out, meta.common.block_table, seen, rows)
 
-    def _attend(self, rows_q, k_cache, v_cache, out, first_out, table, seq_lens, table_rows) -> None:
+    def _attend(self, q, first, count, k_cache, v_cache, out, table, seq_lens, table_rows) -> None:
+        """Rows ``first`` .. ``first + count`` of ``q`` into the same rows of ``out`` (by address: a
+        view per call would cost more than the arithmetic, at one decode a step)."""
         spec = self.spec
-        if rows_q.stride(2) != 1 or rows_q.stride(1) != spec.head_size:
-            rows_q = rows_q.contiguous()
+        if q.stride(2) != 1 or q.stride(1) != spec.head_size:
+            q = q.contiguous()
+        size = q.element_size()  # out is empty_like(q): one dtype
         # int32 and contiguous: CommonBatchMetadata and build_meta make them so
-        _paged_decode.decode(rows_q.data_ptr(), rows_q.stride(0), rows_q.shape[0], spec.num_heads, spec.num_kv_heads,
-                             spec.head_size, k_cache.data_ptr(), self._blocks[0], v_cache.data_ptr(),
-                             self._blocks[1], k_cache.shape[1], table.data_ptr(), table.stride(0),
-                             seq_lens.data_ptr(), out[first_out:].data_ptr(), out.stride(0), float(self.scale),
-                             self.window or 0, float(spec.logits_soft_cap or 0.0),
+        _paged_decode.decode(q.data_ptr() + first * q.stride(0) * size, q.stride(0), count, spec.num_heads,
+                             spec.num_kv_heads, spec.head_size, k_cache.data_ptr(), self._blocks[0],
+                             v_cache.data_ptr(), self._blocks[1], k_cache.shape[1], table.data_ptr(), table.stride(0),
+                             seq_lens.data_ptr(), out.data_ptr() + first * out.stride(0) * size, out.stride(0),
+                             self._scale, self.window or 0, self._soft_cap,
                              0 if table_rows is None else table_rows.data_ptr())
-
