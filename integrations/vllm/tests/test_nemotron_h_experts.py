@@ -48,3 +48,40 @@ def test_vllm_alone_refuses_the_experts_on_cpu(workdir, checkpoint):
     (layers/moe.py takes over only what vLLM cannot run), and this file compares with vLLM alone."""
     r = run(workdir, "nemotron_h_experts_vllm_alone", checkpoint("nemotron_h"), {"MIXBOARD_VLLM": "0"}, COMPILED)
     assert r.rc != 0 and NO_CPU_MOE in r.log, r.log[-3000:]
+
+
+def test_lifted_refusal_stays_with_experts_mixboard_does_not_run():
+    """The refusal is lifted for every FusedMoEConfig in the process (vLLM raises it as the config is
+    made, before the experts' class is known), but only vLLM's RoutedExperts is taken over: experts of
+    a model's own subclass (transformers' backend, dbrx...) would run on a kernel vLLM's build has
+    not got. The config keeps vLLM's refusal, and the plan names those layers (plan.py)."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import FusedMoEConfig, FusedMoEParallelConfig, RoutingMethodType
+
+    from mixboard_vllm import compat
+
+    def config(activation):  # vLLM's own FusedMoEConfig, as its factory makes it on this CPU
+        return FusedMoEConfig(num_experts=4, experts_per_token=2, hidden_dim=8, intermediate_size=8,
+                              num_local_experts=4, num_logical_experts=4, activation=activation, device="cpu",
+                              routing_method=RoutingMethodType.Default, in_dtype=torch.float32,
+                              moe_parallel_config=FusedMoEParallelConfig.make_no_parallel())
+
+    compat.lift_experts_refusal()
+    relu2, silu = config(MoEActivation.RELU2_NO_MUL), config(MoEActivation.SILU)
+    assert NO_CPU_MOE.removeprefix("NotImplementedError: ") == relu2.mixboard_lifted_refusal
+    assert not hasattr(silu, "mixboard_lifted_refusal")  # vLLM runs gated experts itself: nothing lifted
+
+    class DbrxExperts:  # stands for a model's own RoutedExperts subclass; vLLM's forward context holds runners
+        def __init__(self, moe_config, ours=False):
+            self.moe_config, self.runs_on_mixboard = moe_config, ours
+
+    context = {"model.layers.0.experts": SimpleNamespace(routed_experts=DbrxExperts(relu2)),
+               "model.layers.1.experts": SimpleNamespace(routed_experts=DbrxExperts(relu2, ours=True)),
+               "model.layers.2.experts": SimpleNamespace(routed_experts=DbrxExperts(silu)),
+               "model.layers.3.self_attn": SimpleNamespace()}
+    vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(static_forward_context=context))
+    assert list(compat.unclaimed_experts(vllm_config)) == [
+        ("model.layers.0.experts", "DbrxExperts", relu2.mixboard_lifted_refusal)]

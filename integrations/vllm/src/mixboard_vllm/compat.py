@@ -299,9 +299,11 @@ def lift_experts_refusal() -> None:
     def post_init(self):
         try:
             vllms(self)
-        except NotImplementedError:
+        except NotImplementedError as exc:
             if vllm_runs_experts(self):
                 raise
+            # kept, for experts of a class of their own that mixboard does not take over (unclaimed_experts)
+            self.mixboard_lifted_refusal = str(exc)
 
     FusedMoEConfig.__post_init__ = post_init
     _experts_refusal_lifted = True
@@ -322,6 +324,17 @@ def taken_over_experts(vllm_config) -> Iterator[tuple[str, Any]]:
         experts = getattr(layer, "routed_experts", None)
         if getattr(experts, "runs_on_mixboard", False):
             yield name, experts
+
+
+def unclaimed_experts(vllm_config) -> Iterator[tuple[str, str, str]]:
+    """(prefix, class, vLLM's refusal) of every MoE layer whose refusal was lifted but whose experts
+    mixboard does not run: a model's own RoutedExperts subclass (transformers' backend, dbrx...) is not
+    replaced by class name, and vLLM's build here would run it with a kernel it has not got."""
+    for name, layer in vllm_config.compilation_config.static_forward_context.items():
+        experts = getattr(layer, "routed_experts", None)
+        refusal = getattr(getattr(experts, "moe_config", None), "mixboard_lifted_refusal", None)
+        if refusal and not getattr(experts, "runs_on_mixboard", False):
+            yield name, type(experts).__name__, refusal
 
 
 def in_dummy_run() -> bool:

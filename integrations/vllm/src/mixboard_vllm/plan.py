@@ -101,6 +101,10 @@ class ProcessPlan:
         # the experts vLLM's build cannot run (layers/moe.py): dense, stateless, planned beside the mixers
         layers += [(name, experts.mixboard_kind, experts.mixboard_spec())
                    for name, experts in compat.taken_over_experts(vllm_config)]
+        for name, cls, refusal in compat.unclaimed_experts(vllm_config):
+            raise StartupError(f"mixboard-vllm: layer {name}: vLLM refuses these experts here ({refusal}), and "
+                               f"mixboard takes over vLLM's RoutedExperts only, not this model's {cls}; run this "
+                               "model where vLLM's own experts run it (CUDA, ROCm, XPU)")
         if foreign:
             raise StartupError(
                 f"mixboard-vllm: vLLM would run {len(foreign)} mixer layer(s) itself, not through mixboard: "

@@ -108,9 +108,11 @@ class MixboardRoutedExperts(RoutedExperts):
     def _mixboard_weights(self):
         from mixboard import MoEWeights
 
+        # vLLM keeps the choice bias in float32 and routes in float32 (Nemotron-H's gate, its CPU router);
+        # rounded to a bfloat16 layer's dtype it could choose other experts
         bias = self.e_score_correction_bias
         return MoEWeights(router=None, router_bias=None,
-                          selection_bias=None if bias is None else bias.data.to(self.params_dtype),
+                          selection_bias=None if bias is None else bias.data.float(),
                           gate_up=self.w13_weight.data, down=self.w2_weight.data)
 
 
