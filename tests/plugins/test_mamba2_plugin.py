@@ -72,3 +72,15 @@ def test_select_on_a_simulated_h100_chooses_mamba2_triton_when_the_kernels_are_f
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0] == "mamba2 -> mamba2_triton"
 
+
+
+def test_mamba2_triton_refuses_a_half_precision_state_in_the_interpreter(monkeypatch):
+    """The interpreter's half-precision results are wrong: a float32 layer keeping its state in
+    bfloat16 would pass a check of the layer's dtype alone."""
+    from mixboard import Mamba2Spec, simulate
+    from mixboard_mamba2.triton_backend import Mamba2Triton
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert Mamba2Triton.check(Mamba2Spec(dtype="float32"), simulate("cpu")) == []
+    assert Mamba2Triton.check(Mamba2Spec(dtype="float32", state_dtype="bfloat16"), simulate("cpu")) == [
+        "Triton's interpreter (TRITON_INTERPRET=1) gives wrong bfloat16 results; float32 only there"]

@@ -150,11 +150,11 @@ def _cores(extra: dict) -> str:
     their own, as vLLM's own default ('auto': one core, one thread, on this 2-core machine) would
     put every engine on core 0. An engine on several ranks takes a core per rank."""
     ranks = extra.get("tensor_parallel_size", 1) * extra.get("pipeline_parallel_size", 1)
-    cores = os.cpu_count() or 1
+    cores = sorted(os.sched_getaffinity(0))  # the cores this process may use, not every core the machine has
     if ranks > 1:
-        return "|".join(str(rank % cores) for rank in range(ranks))
+        return "|".join(str(cores[rank % len(cores)]) for rank in range(ranks))
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ...
-    return str(int(worker.removeprefix("gw") or 0) % cores)
+    return str(cores[int(worker.removeprefix("gw") or 0) % len(cores)])
 
 
 def run(tmp, tag: str, model: str, env: dict | None = None, extra: dict | None = None, timeout: int = 600) -> Run:

@@ -31,7 +31,7 @@ class Mamba2Triton(Backend):
 
     @classmethod
     def check(cls, spec: Mamba2Spec, env: Any) -> list[str]:
-        reasons = triton_reasons(env, (spec.dtype,))
+        reasons = triton_reasons(env, (spec.dtype, spec.state_dtype or spec.dtype))  # the state's dtype too
         itemsize = 4 if spec.dtype == "float32" else 2
         group = spec.d_inner // spec.n_groups
         if spec.gated_norm and group * itemsize > NORM_GROUP_BYTES:
