@@ -1,7 +1,8 @@
 """A process that starts vLLM engines one after another, on request, so that vLLM is imported once
 per session and side (harness.Hosts), not once per engine.
 
-Each request is one JSON line on stdin: {"model", "out", "log", "env", "extra"}. The host points its
+Each request is one JSON line on stdin: {"model", "out", "log", "env", "extra"} and, optionally,
+"prompts" (run_llm.generate's). The host points its
 stdout and stderr at the request's log (the engine core and workers that LLM() spawns inherit them),
 replaces its environment by the request's, runs run_llm.generate, writes the ids
 to "out", shuts the engine down (its processes gone before the next request), and answers one JSON
@@ -47,7 +48,7 @@ def serve(reply_fd: int) -> None:
             answered.append(True)
 
         try:
-            generate(req["model"], req["extra"], answer)
+            generate(req["model"], req["extra"], answer, req.get("prompts"))
         except BaseException:  # noqa: BLE001 - the log gets it, the test reads the log
             traceback.print_exc()
             if not answered:

@@ -157,7 +157,9 @@ def _cores(extra: dict) -> str:
     return str(cores[int(worker.removeprefix("gw") or 0) % len(cores)])
 
 
-def run(tmp, tag: str, model: str, env: dict | None = None, extra: dict | None = None, timeout: int = 600) -> Run:
+def run(tmp, tag: str, model: str, env: dict | None = None, extra: dict | None = None, timeout: int = 600,
+        prompts: list | None = None) -> Run:
+    """``prompts``: [prompt ids, max_tokens] pairs to generate instead of run_llm's PROMPTS."""
     out, trace, log = (os.path.join(tmp, f"{tag}.{x}") for x in ("json", "trace", "log"))
     # one compile cache per session, not the user's: a run must never load a graph another session compiled
     e = {**os.environ, "MIXBOARD_VLLM_TRACE": trace, "VLLM_CACHE_ROOT": os.path.join(tmp, "vllm-cache"), **(env or {})}
@@ -165,7 +167,10 @@ def run(tmp, tag: str, model: str, env: dict | None = None, extra: dict | None =
     for stale in (out, trace):
         if os.path.exists(stale):
             os.remove(stale)
-    rc = _host(tmp, e).ask({"model": model, "out": out, "log": log, "env": e, "extra": extra or {}}, timeout)
+    request = {"model": model, "out": out, "log": log, "env": e, "extra": extra or {}}
+    if prompts is not None:
+        request["prompts"] = prompts
+    rc = _host(tmp, e).ask(request, timeout)
     with open(log) as f:
         text = f.read()
     ids = None

@@ -15,10 +15,11 @@ PROMPTS.append(PROMPTS[3][:70] + [1, 2, 3, 4, 5, 6, 7, 8])
 MAX_TOKENS.append(10)
 
 
-def generate(model: str, extra: dict, before_shutdown=None) -> list[list[int]]:
+def generate(model: str, extra: dict, before_shutdown=None, prompts=None) -> list[list[int]]:
     """Start an engine, run PROMPTS and return the greedy ids, the engine shut down (its processes
     gone). ``before_shutdown(ids)`` runs first: engine_host.py answers its request there, so that
-    the test goes on while the engine stops."""
+    the test goes on while the engine stops. ``prompts``: [prompt ids, max_tokens] pairs instead of
+    PROMPTS and MAX_TOKENS."""
     from vllm import LLM, SamplingParams
 
     args = dict(dtype="float32", enforce_eager=True, skip_tokenizer_init=True, gpu_memory_utilization=0.1,
@@ -26,9 +27,10 @@ def generate(model: str, extra: dict, before_shutdown=None) -> list[list[int]]:
     # 0.1: on CPU a share of the machine's memory (2.4 GiB a worker here), ample for these prompts, and
     # two ranks still start beside other processes
     llm = LLM(model=model, **{**args, **extra})  # extra {"enforce_eager": False}: vLLM's default, compiled
-    sps = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in MAX_TOKENS]
+    todo = prompts or list(zip(PROMPTS, MAX_TOKENS))
+    sps = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for _, m in todo]
     try:
-        outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], sps, use_tqdm=False)
+        outs = llm.generate([{"prompt_token_ids": p} for p, _ in todo], sps, use_tqdm=False)
         ids = [list(o.outputs[0].token_ids) for o in outs]
         if before_shutdown:
             before_shutdown(ids)
