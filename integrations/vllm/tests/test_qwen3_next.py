@@ -20,20 +20,21 @@ MIXERS = {"model.layers.0.linear_attn": "gated_delta_net", "model.layers.1.self_
           "model.layers.2.linear_attn": "gated_delta_net", "model.layers.3.self_attn.attn": "attention"}
 
 
-def write_qwen3_next(path: str) -> None:
+def write_qwen3_next(path: str, bf16_weights: bool = False, **config) -> None:
     """Four layers, Gated DeltaNet and gated attention alternating; two value heads per key head,
     partial rotary, four routed experts beside the shared one; decays, dt biases, the DeltaNet's
-    norm and the routers away from their initial values."""
+    norm and the routers away from their initial values. ``config`` overrides the config's values;
+    ``bf16_weights`` rounds every weight to bfloat16 (kept in float32)."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3NextConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
-                          linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
-                          linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
-                          shared_expert_intermediate_size=64, decoder_sparse_step=1, partial_rotary_factor=0.5,
-                          layer_types=["linear_attention", "full_attention"] * 2, max_position_embeddings=512,
-                          initializer_range=0.08)
+    cfg = Qwen3NextConfig(**{**dict(
+        vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+        linear_value_head_dim=32, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=64, shared_expert_intermediate_size=64, decoder_sparse_step=1, partial_rotary_factor=0.5,
+        layer_types=["linear_attention", "full_attention"] * 2, max_position_embeddings=512, initializer_range=0.08),
+        **config})
     model = Qwen3NextForCausalLM(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -43,6 +44,8 @@ def write_qwen3_next(path: str) -> None:
                 p.uniform_(0.5, 1.5)
             if name.endswith("gate.weight") and p.dim() == 2:  # the routers and the shared expert's gate
                 p.normal_(0, 0.5)
+            if bf16_weights:
+                p.copy_(p.bfloat16().float())
     model.save_pretrained(path)
 
 
@@ -88,27 +91,8 @@ def write_qwen3_next_bf16(path: str) -> None:
     """As write_qwen3_next, with DeltaNet head dims 128, 16 tokens, all four experts routed, and
     every weight rounded to bfloat16: transformers' float32 model and vLLM's bfloat16 one hold the
     same weights (vLLM keeps A_log in float32 whatever the dtype)."""
-    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3NextConfig(vocab_size=16, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
-                          linear_num_value_heads=4, linear_key_head_dim=128, linear_value_head_dim=128,
-                          linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=4, moe_intermediate_size=64,
-                          shared_expert_intermediate_size=64, decoder_sparse_step=1, partial_rotary_factor=0.5,
-                          layer_types=["linear_attention", "full_attention"] * 2, max_position_embeddings=512,
-                          initializer_range=0.08)
-    model = Qwen3NextForCausalLM(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("A_log", "dt_bias")):
-                p.uniform_(-1.0, 1.0)
-            if name.endswith("linear_attn.norm.weight"):
-                p.uniform_(0.5, 1.5)
-            if name.endswith("gate.weight") and p.dim() == 2:
-                p.normal_(0, 0.5)
-            p.copy_(p.bfloat16().float())
-    model.save_pretrained(path)
+    write_qwen3_next(path, bf16_weights=True, vocab_size=16, linear_key_head_dim=128, linear_value_head_dim=128,
+                     num_experts_per_tok=4)
 
 
 def decided_prompts(path: str) -> list:
