@@ -70,7 +70,7 @@ class GatedDeltaNetLayer(MixerLayer):
         self.in_proj_ba.weight.copy_(_grouped(self.in_proj_ba.weight, s.num_k_heads, (per_head, per_head)))
         self.weights = gdn_weights_class()(
             conv_weight=self.conv1d.weight[:, 0].detach(), conv_bias=_detach(self.conv1d.bias),
-            dt_bias=self.dt_bias.detach(), A=-torch.exp(self.A_log.detach().float()).to(self.A_log.dtype),
+            dt_bias=self.dt_bias.detach(), A=-torch.exp(self.A_log.detach().float()),  # float32, as transformers
             norm_weight=self.norm.weight.detach())
 
     def forward(self, x, positions, step):

@@ -88,7 +88,8 @@ class GatedDeltaNetWeights(Record):
     conv_weight: [conv_dim, d_conv]
     conv_bias: [conv_dim] or None
     dt_bias: [num_v_heads]
-    A: [num_v_heads], negative: -exp(A_log), computed once at load
+    A: [num_v_heads], negative: -exp(A_log), computed once at load; any float dtype (keep it float32: the
+       decay is computed in float32, and rounding A to bfloat16 moves every step's decay)
     norm_weight: [head_v_dim], shared by every value head; may be None where the spec has gated_norm=False
     """
 

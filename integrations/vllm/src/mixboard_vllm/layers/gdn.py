@@ -59,7 +59,7 @@ class MixboardGatedDeltaNet(MixboardLayer, QwenGatedDeltaNetAttention):
             _, weights_class = _kind_classes()
             w = self.conv1d.weight  # [conv_dim / tp, 1, d_conv]
             self._weights = weights_class(conv_weight=w.view(w.size(0), w.size(2)), conv_bias=self.conv1d.bias,
-                                          dt_bias=self.dt_bias, A=-torch.exp(self.A_log.float()).to(w.dtype),
+                                          dt_bias=self.dt_bias, A=-torch.exp(self.A_log.float()),  # float32, as vLLM's
                                           norm_weight=None)
         return self._weights
 
