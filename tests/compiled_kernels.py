@@ -10,10 +10,11 @@ kernel that is not built.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
+
+from mixboard.compiled_kernels import kernel_unusable
 
 ROOT = Path(__file__).parent.parent
 VARIABLE = "MIXBOARD_REQUIRE_KERNELS"
@@ -34,10 +35,11 @@ def required() -> bool:
 
 
 def missing_kernels_line() -> str | None:
-    """One line naming every kernel that is not built and how to build it; None when all are."""
-    missing = {m: d for m, d in kernels().items() if importlib.util.find_spec(m) is None}
+    """One line naming every kernel that is not built (or was built before its source changed) and how
+    to build it; None when all are."""
+    missing = {m: d for m, d in kernels().items() if kernel_unusable(m)}
     if not missing:
         return None
     how = "; ".join(f"{m} (pip install -e {d.relative_to(ROOT).as_posix()})" for m, d in missing.items())
-    return (f"{VARIABLE} is set and compiled kernels are not built: {how}; "
+    return (f"{VARIABLE} is set and compiled kernels are not built or older than their sources: {how}; "
             "each builds where gcc with OpenMP is present, and pip -v shows why a build failed")

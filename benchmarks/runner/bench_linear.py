@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from mixboard import LinearSpec, LinearWeights, simulate
-from mixboard_cpu.compiled import INSTALL_HINT, PANELS, kernel_missing
+from mixboard_cpu.compiled import INSTALL_HINT, PANELS, kernel_unusable
 from mixboard_cpu.linear_backend import LinearCpu
 from mixboard_cpu.linear_onednn_backend import LinearOneDnn
 from mixboard_cpu.onednn import product
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if kernel_missing(PANELS):
+    if kernel_unusable(PANELS):
         raise SystemExit(f"{PANELS} is not built ({INSTALL_HINT})")
     print("| weight (out x in) | rows | F.linear | oneDNN as loaded | oneDNN packed | oneDNN column-major | panels |"
           " panels speed-up over packed |")

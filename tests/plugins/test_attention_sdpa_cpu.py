@@ -13,10 +13,10 @@ from mixboard import AttentionSpec, simulate
 from mixboard.selection import reasons_against
 from mixboard.testing import AttentionOracle
 from mixboard_sdpa import SdpaAttention, SdpaCpuAttention
-from mixboard_sdpa.cpu_backend import kernel_missing
+from mixboard_sdpa.cpu_backend import kernel_unusable
 from attention_cases import decode_schedule, max_error, random_schedule, random_seqs, run_schedule
 
-pytestmark = pytest.mark.skipif(kernel_missing(), reason="mixboard_sdpa._paged_decode is not built")
+pytestmark = pytest.mark.skipif(kernel_unusable(), reason="mixboard_sdpa._paged_decode is not built")
 
 SPECS = {
     "gqa": AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64),

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from mixboard import ArgmaxSpec
-from mixboard_cpu.compiled import ROWS, kernel_missing
+from mixboard_cpu.compiled import ROWS, kernel_unusable
 from mixboard_cpu.argmax_backend import ArgmaxCpu
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_missing(ROWS), reason=f"{ROWS} is not built")
+pytestmark = pytest.mark.skipif(kernel_unusable(ROWS), reason=f"{ROWS} is not built")
 
 
 def test_ties_nans_infinities_and_strided_rows():

@@ -1,10 +1,14 @@
 """Where a ``*_cpu`` backend's compiled kernel is not built (no gcc at install:
 each plugin's setup.py builds it optionally), the backend is listed with that
-reason and selection falls back to the portable backend: never silently."""
+reason and selection falls back to the portable backend: never silently. So
+too where it was built before its C source last changed (an editable install
+after a pull, not reinstalled): its entry points may no longer match."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
+import os
 
 import pytest
 
@@ -36,7 +40,7 @@ def test_a_missing_kernel_is_a_listed_reason_and_the_portable_backend_serves(mon
     module = importlib.import_module(backend_module)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == compiled else real(name, *a))
-    module.kernel_missing.cache_clear()
+    module.kernel_unusable.cache_clear()
     try:
         selection = Registry(load()).select(kind, spec, simulate("cpu"))
         assert selection.chosen.name == portable
@@ -44,4 +48,44 @@ def test_a_missing_kernel_is_a_listed_reason_and_the_portable_backend_serves(mon
         assert any(f"its compiled kernel {compiled} is not built" in r and "gcc" in r for r in reasons), reasons
     finally:
         monkeypatch.undo()
-        module.kernel_missing.cache_clear()
+        module.kernel_unusable.cache_clear()
+
+
+@pytest.mark.parametrize("backend_module, compiled, kind, spec, portable", CASES)
+def test_a_kernel_built_before_its_source_changed_is_refused_too(monkeypatch, tmp_path, backend_module, compiled,
+                                                                 kind, spec, portable):
+    # as an editable install is after a pull that changed the C source and no reinstall
+    stem = compiled.rpartition(".")[2]
+    built, source = tmp_path / f"{stem}.cpython-311-x86_64-linux-gnu.so", tmp_path / f"{stem}.c"
+    built.write_bytes(b"")
+    source.write_text("/* changed */")
+    os.utime(built, (1_000_000, 1_000_000))
+    module = importlib.import_module(backend_module)
+    real = importlib.util.find_spec
+    stale = importlib.machinery.ModuleSpec(compiled, None, origin=str(built))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: stale if name == compiled else real(name, *a))
+    module.kernel_unusable.cache_clear()
+    try:
+        selection = Registry(load()).select(kind, spec, simulate("cpu"))
+        assert selection.chosen.name == portable
+        (reasons,) = [r for name, r in selection.rejected.items() if name.endswith("_cpu")]
+        want = f"its compiled kernel {compiled} was built before its source {stem}.c last changed (reinstall"
+        assert any(r.startswith(want) for r in reasons), reasons
+        os.utime(source, (1_000, 1_000))  # the build is the newer: it serves
+        module.kernel_unusable.cache_clear()
+        assert Registry(load()).select(kind, spec, simulate("cpu")).chosen.name.endswith("_cpu")
+    finally:
+        monkeypatch.undo()
+        module.kernel_unusable.cache_clear()
+
+
+def test_an_installed_wheel_without_its_source_is_taken_as_built(monkeypatch, tmp_path):
+    from mixboard.compiled_kernels import kernel_unusable
+
+    built = tmp_path / "_kernel.cpython-311-x86_64-linux-gnu.so"
+    built.write_bytes(b"")
+    real = importlib.util.find_spec
+    spec = importlib.machinery.ModuleSpec("pkg._kernel", None, origin=str(built))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "pkg._kernel" else real(name, *a))
+    assert kernel_unusable("pkg._kernel") is None
+    assert kernel_unusable("mixboard_no_such_kernel") == "is not built"

@@ -10,10 +10,10 @@ from mixboard.testing.conformance import (
     ArgmaxConformance, EmbeddingConformance, LinearConformance, MoEConformance, RMSNormConformance,
     RotaryConformance,
 )
-from mixboard_cpu.compiled import PANELS, ROWS, kernel_missing
+from mixboard_cpu.compiled import PANELS, ROWS, kernel_unusable
 
-panels = pytest.mark.skipif(kernel_missing(PANELS), reason=f"{PANELS} is not built")
-rows = pytest.mark.skipif(kernel_missing(ROWS), reason=f"{ROWS} is not built")
+panels = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
+rows = pytest.mark.skipif(kernel_unusable(ROWS), reason=f"{ROWS} is not built")
 
 
 @panels

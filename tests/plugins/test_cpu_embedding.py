@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from mixboard import EmbeddingSpec, EmbeddingWeights
-from mixboard_cpu.compiled import PANELS, kernel_missing
+from mixboard_cpu.compiled import PANELS, kernel_unusable
 from mixboard_cpu.embedding_backend import EmbeddingCpu
 from mixboard_cpu.embedding_onednn_backend import EmbeddingOneDnn
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_missing(PANELS), reason=f"{PANELS} is not built")
+pytestmark = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
 
 
 @pytest.mark.parametrize("backend", [EmbeddingCpu, EmbeddingOneDnn])

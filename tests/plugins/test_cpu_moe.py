@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from mixboard import MoESpec, MoEWeights
-from mixboard_cpu.compiled import PANELS, kernel_missing
+from mixboard_cpu.compiled import PANELS, kernel_unusable
 from mixboard_cpu.moe_backend import MoECpu
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_missing(PANELS), reason=f"{PANELS} is not built")
+pytestmark = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
 
 
 def weights(spec, seed=0, dtype=torch.float32):
@@ -27,7 +27,7 @@ def weights(spec, seed=0, dtype=torch.float32):
 
 
 def _isas():
-    if kernel_missing(PANELS):
+    if kernel_unusable(PANELS):
         return ()
     from mixboard_cpu import _panels
 

@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-from mixboard_cpu.compiled import PANELS, kernel_missing
+from mixboard_cpu.compiled import PANELS, kernel_unusable
 
-pytestmark = pytest.mark.skipif(kernel_missing(PANELS), reason=f"{PANELS} is not built")
+pytestmark = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
 
 
 def from_panels(panels: torch.Tensor, rows: int) -> torch.Tensor:

@@ -21,13 +21,13 @@ from mixboard import Mamba2Spec, simulate
 from mixboard.kinds.mamba2 import mamba2_state
 from mixboard.selection import reasons_against
 from mixboard.testing.conformance.pages import allocate_in_pages
-from mixboard_mamba2.cpu_backend import Mamba2Cpu, kernel_missing
+from mixboard_mamba2.cpu_backend import Mamba2Cpu, kernel_unusable
 from test_mamba2_torch import Ours, assert_close, hf_mixer, ungated
 
 sys.path.insert(0, str(Path(__file__).parent / "doubles" / "mamba2"))
 from mamba2_cases import OracleRunner, Runner, fresh_state, random_inputs, random_weights, small_spec  # noqa: E402
 
-pytestmark = pytest.mark.skipif(kernel_missing(), reason="mixboard_mamba2._prefill is not built")
+pytestmark = pytest.mark.skipif(kernel_unusable(), reason="mixboard_mamba2._prefill is not built")
 
 SPECS = {
     "groups": small_spec(n_groups=2, chunk_size=16),
@@ -201,16 +201,22 @@ def test_decodes_update_scattered_records_of_pools_in_pages_in_place(monkeypatch
     assert pages.changed() is None
 
 
-def test_without_the_decode_kernel_decodes_run_as_mamba2_torchs(monkeypatch):
-    """A build with _prefill and without _decode: the decodes take mamba2_torch's update, still right."""
-    from mixboard_mamba2 import cpu_impl
+def test_a_build_without_the_decode_kernel_is_refused_naming_it(monkeypatch):
+    """_prefill built and _decode not (a partial build): mamba2_cpu is not chosen, and says which."""
+    import importlib.util
 
-    monkeypatch.setattr(cpu_impl, "_decode", None)
-    query, context, slots = [1, 1, 1, 1, 40], [3, 9, 2, 5, 0], [4, 1, 10, 0, 7]
-    got, want, ours, theirs = against_oracle(SPECS["groups"], query, context, slots, seed=8)
-    assert_close(got, want, atol=2e-5, rtol=0)
-    for pool in ours:
-        assert_close(ours[pool], theirs[pool], atol=2e-5, rtol=0)
+    from mixboard_mamba2 import cpu_backend
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mixboard_mamba2._decode" else real(name, *a))
+    cpu_backend.kernel_unusable.cache_clear()
+    try:
+        (reason,) = Mamba2Cpu.check(Mamba2Spec(), simulate("cpu"))
+        assert reason.startswith("its compiled kernel mixboard_mamba2._decode is not built (reinstall"), reason
+    finally:
+        monkeypatch.undo()
+        cpu_backend.kernel_unusable.cache_clear()
 
 
 @pytest.mark.parametrize("d_conv", [2, 3, 5, 8])

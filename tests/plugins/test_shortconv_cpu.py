@@ -13,12 +13,12 @@ import torch
 
 from mixboard import ShortConvSpec
 from mixboard.selection import reasons_against
-from mixboard_shortconv.cpu_backend import ShortConvCpu, kernel_missing
+from mixboard_shortconv.cpu_backend import ShortConvCpu, kernel_unusable
 from test_shortconv_torch import (
     CPU, SLOTS, Runner, lfm2_module, our_layer, random_pool, random_step, random_weights, run_steps, step_meta,
 )
 
-pytestmark = pytest.mark.skipif(kernel_missing(), reason="mixboard_shortconv._gated_conv is not built")
+pytestmark = pytest.mark.skipif(kernel_unusable(), reason="mixboard_shortconv._gated_conv is not built")
 
 
 @pytest.mark.parametrize("hidden, width, bias", [(24, 3, False), (100, 4, True), (64, 2, False), (37, 5, True)])

@@ -88,10 +88,10 @@ def test_unavailable_here_with_reasons(monkeypatch):
     registry = shortconv_registry(monkeypatch)
     missing = ("needs Python module 'causal_conv1d', which is not installed "
                "(pip install 'mixboard-shortconv[cuda]' (builds CUDA kernels))")
-    from mixboard_shortconv.cpu_backend import kernel_missing
+    from mixboard_shortconv.cpu_backend import kernel_unusable
 
     cpu = registry.select("short_conv", ShortConvSpec(), CPU)
-    assert cpu.chosen.name == ("short_conv_torch" if kernel_missing() else "short_conv_cpu")
+    assert cpu.chosen.name == ("short_conv_torch" if kernel_unusable() else "short_conv_cpu")
     assert cpu.rejected["short_conv_cuda"] == ("runs on cuda; this environment is cpu", missing)
     h100 = registry.select("short_conv", ShortConvSpec(), H100)
     assert h100.chosen.name == "short_conv_torch" and h100.rejected["short_conv_cuda"] == (missing,)
@@ -104,9 +104,9 @@ def test_chosen_over_the_portable_backend_where_it_applies(library, monkeypatch)
         selection = registry.select("short_conv", ShortConvSpec(dtype=dtype), H100)
         assert selection.chosen.name == "short_conv_cuda"
         assert "higher priority (100 > 10)" in selection.rejected["short_conv_torch"][0]
-    from mixboard_shortconv.cpu_backend import kernel_missing
+    from mixboard_shortconv.cpu_backend import kernel_unusable
 
-    on_cpu = "short_conv_torch" if kernel_missing() else "short_conv_cpu"
+    on_cpu = "short_conv_torch" if kernel_unusable() else "short_conv_cpu"
     assert registry.select("short_conv", ShortConvSpec(), CPU).chosen.name == on_cpu
 
 

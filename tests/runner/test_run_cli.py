@@ -36,15 +36,15 @@ def test_run_demo_by_default_json_contract():
     kinds = {layer["kind"] for layer in data["plan"]["layers"]}
     assert kinds == {"attention", "mamba1", "mamba2", "short_conv", "linear", "rms_norm", "rotary", "embedding",
                      "argmax"}
-    from mixboard_mamba1.cpu_backend import kernel_missing as mamba1_kernel_missing
-    from mixboard_mamba2.cpu_backend import kernel_missing as mamba2_kernel_missing
-    from mixboard_sdpa.cpu_backend import kernel_missing as sdpa_kernel_missing
-    from mixboard_shortconv.cpu_backend import kernel_missing as short_conv_kernel_missing
+    from mixboard_mamba1.cpu_backend import kernel_unusable as mamba1_kernel_unusable
+    from mixboard_mamba2.cpu_backend import kernel_unusable as mamba2_kernel_unusable
+    from mixboard_sdpa.cpu_backend import kernel_unusable as sdpa_kernel_unusable
+    from mixboard_shortconv.cpu_backend import kernel_unusable as short_conv_kernel_unusable
     # the C backends win on CPU where their kernels are built
-    attention = "sdpa" if sdpa_kernel_missing() else "sdpa_cpu"
-    mamba1 = "mamba1_torch" if mamba1_kernel_missing() else "mamba1_cpu"
-    mamba2 = "mamba2_torch" if mamba2_kernel_missing() else "mamba2_cpu"
-    short_conv = "short_conv_torch" if short_conv_kernel_missing() else "short_conv_cpu"
+    attention = "sdpa" if sdpa_kernel_unusable() else "sdpa_cpu"
+    mamba1 = "mamba1_torch" if mamba1_kernel_unusable() else "mamba1_cpu"
+    mamba2 = "mamba2_torch" if mamba2_kernel_unusable() else "mamba2_cpu"
+    short_conv = "short_conv_torch" if short_conv_kernel_unusable() else "short_conv_cpu"
     backends = {g["kind"]: g["backend"] for g in data["plan"]["groups"]}
     assert {backends[k] for k in ("attention", "mamba1", "mamba2", "short_conv")} == {attention, mamba1, mamba2,
                                                                                       short_conv}

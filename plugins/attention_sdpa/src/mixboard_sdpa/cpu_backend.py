@@ -9,10 +9,9 @@ and selection read; it imports neither torch nor the kernel.
 
 from __future__ import annotations
 
-import importlib.util
 from functools import lru_cache, partial
 
-from mixboard import Backend
+from mixboard import Backend, compiled_kernels
 
 from .declarations import MAX_GROUP, MAX_HEAD_SIZE, SDPA_CPU
 
@@ -20,8 +19,9 @@ INSTALL_HINT = "reinstall mixboard-sdpa where a C compiler with OpenMP (gcc) is 
 
 
 @lru_cache(maxsize=None)
-def kernel_missing() -> bool:
-    return importlib.util.find_spec("mixboard_sdpa._paged_decode") is None
+def kernel_unusable() -> str | None:
+    """Why the kernel cannot serve (mixboard.compiled_kernels); None when it can."""
+    return compiled_kernels.kernel_unusable("mixboard_sdpa._paged_decode")
 
 
 class SdpaCpuAttention(Backend):
@@ -30,8 +30,8 @@ class SdpaCpuAttention(Backend):
     @classmethod
     def check(cls, spec, env):
         reasons = []
-        if kernel_missing():
-            reasons.append(f"its compiled kernel mixboard_sdpa._paged_decode is not built ({INSTALL_HINT})")
+        if problem := kernel_unusable():
+            reasons.append(f"its compiled kernel mixboard_sdpa._paged_decode {problem} ({INSTALL_HINT})")
         if spec.num_heads // spec.num_kv_heads > MAX_GROUP:
             reasons.append(f"{spec.num_heads // spec.num_kv_heads} query heads per kv head; the kernel takes up to "
                            f"{MAX_GROUP}")

@@ -9,10 +9,9 @@ imports neither torch nor the kernel.
 
 from __future__ import annotations
 
-import importlib.util
 from functools import lru_cache, partial
 
-from mixboard import Backend
+from mixboard import Backend, compiled_kernels
 
 from .declarations import MAMBA1_CPU
 
@@ -20,8 +19,9 @@ INSTALL_HINT = "reinstall mixboard-mamba1 where a C compiler with OpenMP (gcc) i
 
 
 @lru_cache(maxsize=None)
-def kernel_missing() -> bool:
-    return importlib.util.find_spec("mixboard_mamba1._decode_step") is None
+def kernel_unusable() -> str | None:
+    """Why the kernel cannot serve (mixboard.compiled_kernels); None when it can."""
+    return compiled_kernels.kernel_unusable("mixboard_mamba1._decode_step")
 
 
 class Mamba1Cpu(Backend):
@@ -30,8 +30,8 @@ class Mamba1Cpu(Backend):
     @classmethod
     def check(cls, spec, env):
         reasons = []
-        if kernel_missing():
-            reasons.append(f"its compiled kernel mixboard_mamba1._decode_step is not built ({INSTALL_HINT})")
+        if problem := kernel_unusable():
+            reasons.append(f"its compiled kernel mixboard_mamba1._decode_step {problem} ({INSTALL_HINT})")
         if spec.state_dtype not in (None, "float32"):
             reasons.append(f"the kernel keeps the state in float32; the layer asks for state_dtype {spec.state_dtype}")
         return reasons

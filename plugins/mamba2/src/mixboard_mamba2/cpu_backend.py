@@ -11,11 +11,10 @@ listing and selection import neither torch nor the kernels.
 
 from __future__ import annotations
 
-import importlib.util
 from functools import lru_cache, partial
 from typing import Any
 
-from mixboard import Backend
+from mixboard import Backend, compiled_kernels
 from mixboard.kinds.mamba2 import Mamba2Spec
 
 from .declarations import MAMBA2_CPU
@@ -23,9 +22,17 @@ from .declarations import MAMBA2_CPU
 INSTALL_HINT = "reinstall mixboard-mamba2 where a C compiler with OpenMP (gcc) is present, to build it"
 
 
+KERNELS = ("mixboard_mamba2._prefill", "mixboard_mamba2._decode")  # built by the one setup.py
+
+
 @lru_cache(maxsize=None)
-def kernel_missing() -> bool:
-    return importlib.util.find_spec("mixboard_mamba2._prefill") is None
+def kernel_unusable() -> str | None:
+    """Why the kernels cannot serve (mixboard.compiled_kernels), naming the first that cannot; None when
+    both can."""
+    for module in KERNELS:
+        if problem := compiled_kernels.kernel_unusable(module):
+            return f"{module} {problem}"
+    return None
 
 
 class Mamba2Cpu(Backend):
@@ -34,8 +41,8 @@ class Mamba2Cpu(Backend):
     @classmethod
     def check(cls, spec: Mamba2Spec, env: Any):
         reasons = []
-        if kernel_missing():
-            reasons.append(f"its compiled kernel mixboard_mamba2._prefill is not built ({INSTALL_HINT})")
+        if problem := kernel_unusable():
+            reasons.append(f"its compiled kernel {problem} ({INSTALL_HINT})")
         if spec.state_dtype not in (None, "float32"):
             reasons.append(f"the kernel keeps the state in float32; the layer asks for state_dtype {spec.state_dtype}")
         return reasons

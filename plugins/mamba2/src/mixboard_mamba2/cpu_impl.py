@@ -4,10 +4,10 @@ with the gated RMSNorm (``_prefill.c``; with ``gated_norm=False``, the D
 skip alone, ``mamba2_torch``'s), and the decodes' state update
 (``_decode.c``: dt's softplus, the update and y in one pass over each
 state, where it lies in the pool). Where an input is not what a kernel
-reads (another dtype, a strided input row), or ``_decode`` is not built,
-that part is ``mamba2_torch``'s. Pools whose records sit in larger pages
-(an engine's hybrid cache) are not such a case: the kernels take each
-pool's record stride."""
+reads (another dtype, a strided input row), that part is
+``mamba2_torch``'s. Pools whose records sit in larger pages (an engine's
+hybrid cache) are not such a case: the kernels take each pool's record
+stride."""
 
 from __future__ import annotations
 
@@ -17,12 +17,7 @@ from mixboard.ops.checks import record_stride
 
 from .torch_impl import Mamba2TorchImpl
 
-from . import _prefill  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
-
-try:  # built with _prefill, by the same setup.py; without it the decodes run as mamba2_torch's
-    from . import _decode
-except ImportError:  # pragma: no cover - a partial build
-    _decode = None
+from . import _decode, _prefill  # noqa: E402  (after torch: the kernels then share torch's OpenMP runtime)
 
 CONV_MAX_WIDTH = 8  # the conv kernel's window registers (_prefill.c's MAX_WIDTH)
 
@@ -35,7 +30,7 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
 
     def _decodes(self, step, x, dt, weights, B, C, ssm_pool) -> torch.Tensor:
         # the pool's records are contiguous and a record or more apart: InputChecks holds it to the contract
-        if not (_decode is not None and ssm_pool.dtype == dt.dtype == torch.float32 and dt.stride(-1) == 1
+        if not (ssm_pool.dtype == dt.dtype == torch.float32 and dt.stride(-1) == 1
                 and _row_contiguous(x) and _row_contiguous(B) and _row_contiguous(C) and B.stride(0) == C.stride(0)):
             return super()._decodes(step, x, dt, weights, B, C, ssm_pool)
         if self._decode_for is None or self._decode_for[0] is not weights:

@@ -8,10 +8,9 @@ imports neither torch nor the kernel.
 
 from __future__ import annotations
 
-import importlib.util
 from functools import lru_cache, partial
 
-from mixboard import Backend
+from mixboard import Backend, compiled_kernels
 
 from .declarations import MAX_WIDTH, SHORT_CONV_CPU
 
@@ -19,8 +18,9 @@ INSTALL_HINT = "reinstall mixboard-shortconv where a C compiler with OpenMP (gcc
 
 
 @lru_cache(maxsize=None)
-def kernel_missing() -> bool:
-    return importlib.util.find_spec("mixboard_shortconv._gated_conv") is None
+def kernel_unusable() -> str | None:
+    """Why the kernel cannot serve (mixboard.compiled_kernels); None when it can."""
+    return compiled_kernels.kernel_unusable("mixboard_shortconv._gated_conv")
 
 
 class ShortConvCpu(Backend):
@@ -29,8 +29,8 @@ class ShortConvCpu(Backend):
     @classmethod
     def check(cls, spec, env):
         reasons = []
-        if kernel_missing():
-            reasons.append(f"its compiled kernel mixboard_shortconv._gated_conv is not built ({INSTALL_HINT})")
+        if problem := kernel_unusable():
+            reasons.append(f"its compiled kernel mixboard_shortconv._gated_conv {problem} ({INSTALL_HINT})")
         if spec.state_dtype not in (None, "float32"):
             reasons.append(f"the kernel keeps the state in float32; the layer asks for state_dtype {spec.state_dtype}")
         if spec.conv_width > MAX_WIDTH:
