@@ -85,3 +85,28 @@ def test_listed_with_reasons_where_it_cannot_serve():
     wide = AttentionSpec(num_heads=128, num_kv_heads=1, head_size=512)
     assert reasons_against(SdpaCpuAttention, wide, cpu) == (
         "128 query heads per kv head; the kernel takes up to 64", "head_size 512 is over the kernel's 256")
+
+
+@pytest.mark.parametrize("backend", [SdpaAttention, SdpaCpuAttention])
+def test_a_dense_q_with_heads_outermost_gives_the_same_output(backend):
+    """The contract promises only the last dimension's stride: q [T, H, D] may be a transpose of a dense
+    [H, T, D]. The output is laid out on its own, not after q's strides (the kernel writes rows of H * D)."""
+    from mixboard import CommonBatchMetadata
+    from mixboard.kinds.attention import attention_state
+    from mixboard.testing import allocate_state
+    from attention_cases import make_impl
+
+    spec = SPECS["gqa"]
+    H, KV, D = spec.num_heads, spec.num_kv_heads, spec.head_size
+    gen = torch.Generator().manual_seed(3)
+    common = CommonBatchMetadata.build([1, 6], [5, 0], [0, 1], [[0, 1], [2, 3]], 4)  # a decode, a prompt
+    q_heads_first = torch.randn(H, 7, D, generator=gen)
+    k, v = torch.randn(7, KV, D, generator=gen), torch.randn(7, KV, D, generator=gen)
+    pools = {name: torch.randn(pool.shape, generator=gen)
+             for name, pool in allocate_state(attention_state(spec), 4, 4).items()}
+    outs = []
+    for q in (q_heads_first.transpose(0, 1), q_heads_first.transpose(0, 1).contiguous()):
+        state = {name: pool.clone() for name, pool in pools.items()}
+        outs.append(make_impl(backend, spec).forward(q, k, v, state, common))
+    assert outs[0].shape == (7, H, D)
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)

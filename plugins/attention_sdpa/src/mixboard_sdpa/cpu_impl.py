@@ -59,7 +59,7 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
         spec = self.spec
         if q.stride(2) != 1 or q.stride(1) != spec.head_size:
             q = q.contiguous()
-        size = q.element_size()  # out is empty_like(q): one dtype
+        size = q.element_size()  # out has q's dtype (impl.py: rows of H * D)
         # int32 and contiguous: CommonBatchMetadata and build_meta make them so
         _paged_decode.decode(q.data_ptr() + first * q.stride(0) * size, q.stride(0), count, spec.num_heads,
                              spec.num_kv_heads, spec.head_size, k_cache.data_ptr(), self._blocks[0],

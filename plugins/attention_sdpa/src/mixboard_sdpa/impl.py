@@ -43,7 +43,7 @@ class SdpaAttentionImpl(AttentionImpl):
         k_cache, v_cache = check_inputs(self.layer_name, self.spec, q, k, v, state, meta)
         self._write(k_cache, v_cache, meta, k, v)
 
-        out = torch.empty_like(q)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # rows of H * D, whatever q's strides
         self._decodes(q, k_cache, v_cache, out, meta)
         if meta.prefills:
             self._prefills(q, k, v, k_cache, v_cache, out, meta)
