@@ -27,7 +27,7 @@ def generate(model: str, extra: dict, before_shutdown=None, prompts=None) -> lis
     # 0.1: on CPU a share of the machine's memory (2.4 GiB a worker here), ample for these prompts, and
     # two ranks still start beside other processes
     llm = LLM(model=model, **{**args, **extra})  # extra {"enforce_eager": False}: vLLM's default, compiled
-    todo = prompts or list(zip(PROMPTS, MAX_TOKENS))
+    todo = list(zip(PROMPTS, MAX_TOKENS)) if prompts is None else prompts
     sps = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for _, m in todo]
     try:
         outs = llm.generate([{"prompt_token_ids": p} for p, _ in todo], sps, use_tqdm=False)

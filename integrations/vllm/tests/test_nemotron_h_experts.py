@@ -52,9 +52,9 @@ def test_vllm_alone_refuses_the_experts_on_cpu(workdir, checkpoint):
 
 def test_lifted_refusal_stays_with_experts_mixboard_does_not_run():
     """The refusal is lifted for every FusedMoEConfig in the process (vLLM raises it as the config is
-    made, before the experts' class is known), but only vLLM's RoutedExperts is taken over: experts of
-    a model's own subclass (transformers' backend, dbrx...) would run on a kernel vLLM's build has
-    not got. The config keeps vLLM's refusal, and the plan names those layers (plan.py)."""
+    made, before the experts' class is known), but only vLLM's RoutedExperts is taken over. The config
+    keeps vLLM's refusal: experts of a model's own subclass are refused in vLLM's own words when vLLM
+    makes their unquantized method, and the plan names any that another method let through (plan.py)."""
     from types import SimpleNamespace
 
     import torch
@@ -85,3 +85,12 @@ def test_lifted_refusal_stays_with_experts_mixboard_does_not_run():
     vllm_config = SimpleNamespace(compilation_config=SimpleNamespace(static_forward_context=context))
     assert list(compat.unclaimed_experts(vllm_config)) == [
         ("model.layers.0.experts", "DbrxExperts", relu2.mixboard_lifted_refusal)]
+
+    # what vLLM gives such experts: its unquantized method, which has no kernel for them here
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    with set_current_vllm_config(VllmConfig()):
+        with pytest.raises(NotImplementedError) as refusal:
+            UnquantizedFusedMoEMethod(relu2)
+        assert str(refusal.value) == relu2.mixboard_lifted_refusal  # vLLM's own words, not "no backend..."

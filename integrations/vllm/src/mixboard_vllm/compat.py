@@ -306,7 +306,29 @@ def lift_experts_refusal() -> None:
             self.mixboard_lifted_refusal = str(exc)
 
     FusedMoEConfig.__post_init__ = post_init
+    _refuse_unclaimed_experts_as_vllm_does()
     _experts_refusal_lifted = True
+
+
+def _refuse_unclaimed_experts_as_vllm_does() -> None:
+    """Experts of a model's own RoutedExperts subclass, which mixboard does not take over, get vLLM's
+    unquantized method (fused_moe/unquantized_fused_moe_method.py:52), which finds no kernel for them
+    on this build; the user then sees vLLM's own refusal, the one the config kept, not the method's
+    vaguer "no backend supports the deployment configuration"."""
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    vllms = UnquantizedFusedMoEMethod.__init__
+
+    def init(self, moe, *args, **kwargs):
+        try:
+            vllms(self, moe, *args, **kwargs)
+        except NotImplementedError:
+            lifted = getattr(moe, "mixboard_lifted_refusal", None)
+            if lifted is None:
+                raise
+            raise NotImplementedError(lifted) from None
+
+    UnquantizedFusedMoEMethod.__init__ = init
 
 
 def unquantized_expert_weights():
@@ -328,8 +350,9 @@ def taken_over_experts(vllm_config) -> Iterator[tuple[str, Any]]:
 
 def unclaimed_experts(vllm_config) -> Iterator[tuple[str, str, str]]:
     """(prefix, class, vLLM's refusal) of every MoE layer whose refusal was lifted but whose experts
-    mixboard does not run: a model's own RoutedExperts subclass (transformers' backend, dbrx...) is not
-    replaced by class name, and vLLM's build here would run it with a kernel it has not got."""
+    mixboard does not run: a model's own RoutedExperts subclass is not replaced by class name. vLLM's
+    unquantized method refuses those as it is made (_refuse_unclaimed_experts_as_vllm_does); this names
+    any that another method let through."""
     for name, layer in vllm_config.compilation_config.static_forward_context.items():
         experts = getattr(layer, "routed_experts", None)
         refusal = getattr(getattr(experts, "moe_config", None), "mixboard_lifted_refusal", None)
