@@ -86,3 +86,22 @@ def test_a_refusal_names_the_layer_and_what_arrived():
     s["k"] = s["k"].half()
     with pytest.raises(BackendInputError, match=r"^layer0: k must be torch.float32, got torch.float16$"):
         check_paged_inputs("layer0", SPEC, s["q"], s["k"], s["v"], s["state"], T, BS, s["range"])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "pages"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inputs_that_fit_pass_on_the_quick_comparison_alone(monkeypatch, layout, dtype):
+    """Else the quick path could fall through on every step, every test above still passing, and the
+    time it saves would be gone without a word."""
+    import mixboard.ops.paged as paged
+
+    def one_by_one(*args):
+        raise AssertionError("the checks one by one ran on inputs that fit")
+
+    monkeypatch.setattr(paged, "_check_one_by_one", one_by_one)
+    s = step(layout)
+    spec = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=8, dtype=str(dtype).removeprefix("torch."))
+    q, k, v = (s[name].to(dtype) for name in ("q", "k", "v"))
+    state = {name: pool.to(dtype) for name, pool in s["state"].items()}
+    assert check_paged_inputs("layer0", spec, q, k, v, state, T, BS, s["range"]) == (state["k_cache"],
+                                                                                      state["v_cache"])
