@@ -13,8 +13,11 @@ off, so each compiles afresh). Both stay up while ``generate()`` calls alternate
 first side changing from pair to pair: this machine's speed drifts by tens of percent within a
 minute, and a call on one side then its twin on the other meet the same drift, where engines run
 minutes apart did not (the earlier form of this script: one side's engine after the other's). An
-idle engine waits without spinning, so the one not generating takes no time from the other. Each
-engine makes 3 untimed calls per batch size first (its first calls run slower).
+engine's worker keeps spinning for a second after its last step (vLLM's shared-memory queue polls
+with sched_yield for ``busy_loop_s`` = 1 s before it sleeps), on core 0 like every engine's worker
+here, so each timed call waits ``--settle`` seconds (1.5) after the last call of either side: the
+engine not generating then takes no time from the other. Each engine makes 3 untimed calls per
+batch size first (its first calls run slower).
 
 Reported per (model, mode, batch): each side's median tok/s over every timed call of every round,
 and the ratio of mixboard's speed to vLLM alone's: the median, and the range, over pairs of calls
@@ -88,9 +91,9 @@ def write(name: str, folder: str) -> str:
 class Engine:
     """One side's engine in a process of its own, up until close()."""
 
-    def __init__(self, side: str, code: str, log: str):
+    def __init__(self, side: str, code: str, log: str, settle: float):
         env = {**os.environ, "VLLM_DISABLE_COMPILE_CACHE": "1", "MIXBOARD_VLLM": SIDES[side]}
-        self.side, self.log = side, open(log, "w")
+        self.side, self.log, self.settle = side, open(log, "w"), settle
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, env=env)
         self._expect("READY")
@@ -99,10 +102,12 @@ class Engine:
         for line in self.proc.stdout:
             if line.startswith(word):
                 return line
+            self.log.write(line)  # vLLM logs to stdout: its reasons for exiting are there too
         self.log.flush()
         raise SystemExit(f"bench_modes: the {self.side} engine exited; its log: {self.log.name}")
 
     def generate(self, batch: int) -> float:
+        time.sleep(self.settle)  # both engines' workers past their spinning (above)
         self.proc.stdin.write(f"{batch}\n")
         self.proc.stdin.flush()
         return float(self._expect("SECONDS").split()[1])
@@ -116,10 +121,11 @@ class Engine:
         self.log.close()
 
 
-def measure(code: str, rnd: int, repeats: int, folder: str) -> dict[int, dict[str, list[float]]]:
+def measure(code: str, rnd: int, repeats: int, settle: float, folder: str) -> dict[int, dict[str, list[float]]]:
     """One round of one (model, mode): both engines up, calls alternated; seconds per call."""
     order = list(SIDES) if rnd % 2 == 0 else list(SIDES)[::-1]
-    engines = {side: Engine(side, code, os.path.join(folder, f"engine-{rnd}-{i}.log")) for i, side in enumerate(order)}
+    engines = {side: Engine(side, code, os.path.join(folder, f"engine-{rnd}-{i}.log"), settle)
+               for i, side in enumerate(order)}
     try:
         times: dict[int, dict[str, list[float]]] = {}
         for b in SEQS:
@@ -144,18 +150,20 @@ def summary(calls: dict[str, list[float]], batch: int) -> tuple[str, str, str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--rounds", type=int, default=2, help="rounds; each starts a fresh pair of engines (default 2)")
     ap.add_argument("--repeats", type=int, default=10, help="timed pairs of calls per engine pair and batch (default 10)")
     ap.add_argument("--models", default="hybrid,llama", help="comma separated: hybrid, llama (default both)")
     ap.add_argument("--modes", default="compiled,eager", help="comma separated: compiled, eager (default both)")
+    ap.add_argument("--settle", type=float, default=1.5,
+                    help="seconds to wait before each call, past the other engine's spinning (default 1.5)")
     ap.add_argument("--json", action="store_true", help="print every call's seconds as JSON after the table")
     args = ap.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
     for bad in [m for m in models if m not in WRITERS] + [m for m in modes if m not in ("compiled", "eager")]:
         raise SystemExit(f"bench_modes: unknown model or mode {bad!r}")
-    if args.rounds < 1 or args.repeats < 1:
-        raise SystemExit("bench_modes: --rounds and --repeats must be at least 1")
+    if args.rounds < 1 or args.repeats < 1 or args.settle < 0:
+        raise SystemExit("bench_modes: --rounds and --repeats must be at least 1, --settle at least 0")
     folder = tempfile.mkdtemp(prefix="bench_modes-")
     paths = {m: write(m, folder) for m in models}
     calls: dict[str, dict[int, dict[str, list[float]]]] = {}
@@ -164,7 +172,7 @@ def main() -> None:
         for model in models:
             for mode in modes:
                 code = ENGINE.format(path=paths[model], eager=mode == "eager", lens=PROMPT_LENS, new=NEW)
-                got = measure(code, r, args.repeats, folder)
+                got = measure(code, r, args.repeats, args.settle, folder)
                 key = f"{model}, {mode}"
                 for b, sides in got.items():
                     for side, ts in sides.items():
@@ -177,7 +185,8 @@ def main() -> None:
     for key, by_batch in calls.items():
         for b, sides in by_batch.items():
             print(f"| {key} | {b} | " + " | ".join(summary(sides, b)) + " |")
-    print(f"{args.rounds} rounds x {args.repeats} pairs; load average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"{args.rounds} rounds x {args.repeats} pairs, {args.settle} s settle; load average at the end: "
+          f"{os.getloadavg()[0]:.1f}")
     if args.json:
         print(json.dumps(calls))
 
