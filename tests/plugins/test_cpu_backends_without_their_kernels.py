@@ -34,21 +34,28 @@ CASES = [  # (backend module, its compiled module, kind, spec, the portable back
 ]
 
 
-@pytest.mark.parametrize("backend_module, compiled, kind, spec, portable", CASES)
-def test_a_missing_kernel_is_a_listed_reason_and_the_portable_backend_serves(monkeypatch, backend_module, compiled,
-                                                                             kind, spec, portable):
+def select_finding(monkeypatch, backend_module, compiled, found, kind, spec):
+    """Select a backend for ``spec`` where importlib finds ``found`` (a module spec, or None) for the
+    kernel ``compiled``: (the chosen backend's name, the reasons given against the *_cpu backend)."""
     module = importlib.import_module(backend_module)
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == compiled else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: found if name == compiled else real(name, *a))
     module.kernel_unusable.cache_clear()
     try:
         selection = Registry(load()).select(kind, spec, simulate("cpu"))
-        assert selection.chosen.name == portable
-        (reasons,) = [r for name, r in selection.rejected.items() if name.endswith("_cpu")]
-        assert any(f"its compiled kernel {compiled} is not built" in r and "gcc" in r for r in reasons), reasons
     finally:
         monkeypatch.undo()
         module.kernel_unusable.cache_clear()
+    reasons = [r for name, against in selection.rejected.items() if name.endswith("_cpu") for r in against]
+    return selection.chosen.name, reasons
+
+
+@pytest.mark.parametrize("backend_module, compiled, kind, spec, portable", CASES)
+def test_a_missing_kernel_is_a_listed_reason_and_the_portable_backend_serves(monkeypatch, backend_module, compiled,
+                                                                             kind, spec, portable):
+    chosen, reasons = select_finding(monkeypatch, backend_module, compiled, None, kind, spec)
+    assert chosen == portable
+    assert any(f"its compiled kernel {compiled} is not built" in r and "gcc" in r for r in reasons), reasons
 
 
 @pytest.mark.parametrize("backend_module, compiled, kind, spec, portable", CASES)
@@ -60,23 +67,14 @@ def test_a_kernel_built_before_its_source_changed_is_refused_too(monkeypatch, tm
     built.write_bytes(b"")
     source.write_text("/* changed */")
     os.utime(built, (1_000_000, 1_000_000))
-    module = importlib.import_module(backend_module)
-    real = importlib.util.find_spec
-    stale = importlib.machinery.ModuleSpec(compiled, None, origin=str(built))
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: stale if name == compiled else real(name, *a))
-    module.kernel_unusable.cache_clear()
-    try:
-        selection = Registry(load()).select(kind, spec, simulate("cpu"))
-        assert selection.chosen.name == portable
-        (reasons,) = [r for name, r in selection.rejected.items() if name.endswith("_cpu")]
-        want = f"its compiled kernel {compiled} was built before its source {stem}.c last changed (reinstall"
-        assert any(r.startswith(want) for r in reasons), reasons
-        os.utime(source, (1_000, 1_000))  # the build is the newer: it serves
-        module.kernel_unusable.cache_clear()
-        assert Registry(load()).select(kind, spec, simulate("cpu")).chosen.name.endswith("_cpu")
-    finally:
-        monkeypatch.undo()
-        module.kernel_unusable.cache_clear()
+    found = importlib.machinery.ModuleSpec(compiled, None, origin=str(built))
+    chosen, reasons = select_finding(monkeypatch, backend_module, compiled, found, kind, spec)
+    assert chosen == portable
+    want = f"its compiled kernel {compiled} was built before its source {stem}.c last changed (reinstall"
+    assert any(r.startswith(want) for r in reasons), reasons
+    os.utime(source, (1_000, 1_000))  # the build is the newer: it serves
+    chosen, _ = select_finding(monkeypatch, backend_module, compiled, found, kind, spec)
+    assert chosen.endswith("_cpu")
 
 
 def test_an_installed_wheel_without_its_source_is_taken_as_built(monkeypatch, tmp_path):
