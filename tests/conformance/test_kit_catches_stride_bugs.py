@@ -11,7 +11,9 @@ blocks are handed out the same way over contiguous pools
 * each CPU backend's C kernel given the record's size as its stride (what
   the kernels assumed before they took one).
 
-Each must fail ``strided_pools`` naming the padding it wrote.
+Each must fail ``strided_pools`` naming the padding it wrote. And the case
+``noncontiguous`` catches an output laid out after a dense q's strides (heads
+outermost), which a kernel writing rows of H * D gets wrong.
 """
 
 from __future__ import annotations
@@ -89,3 +91,28 @@ def test_the_pools_of_strided_pools_are_views_into_pages_with_padding_between_re
         assert pages.changed() is None
         pages.buffer[4, int(pages.padding[-1])] ^= 1
         assert pages.changed().startswith(f"the padding of {pages.unit} 4's page changed (1 byte(s)")
+
+
+def test_an_output_laid_out_like_q_fails_noncontiguous():
+    """sdpa_cpu before 0d8cc11: its output was empty_like(q), which keeps the strides of a dense q whose heads
+    are outermost, while its kernel writes rows of H * D. Only ``noncontiguous`` hands it such a q."""
+    from mixboard_sdpa.cpu_backend import SdpaCpuAttention
+    from mixboard_sdpa.cpu_impl import SdpaCpuAttentionImpl
+    from mixboard_sdpa.inputs import check_inputs
+
+    class OutLikeQImpl(SdpaCpuAttentionImpl):
+        def forward(self, q, k, v, state, meta):
+            k_cache, v_cache = check_inputs(self.layer_name, self.spec, q, k, v, state, meta)
+            self._write(k_cache, v_cache, meta, k, v)
+            out = torch.empty_like(q)  # BUG: q's strides, where the kernel writes rows
+            self._decodes(q, k_cache, v_cache, out, meta)
+            if meta.prefills:
+                self._prefills(q, k, v, k_cache, v_cache, out, meta)
+            return out
+
+    bug = type("SdpaCpuOutLikeQ", (SdpaCpuAttention,), {
+        "name": "sdpa_cpu_bug_out_like_q", "make_impl": classmethod(lambda cls, spec, env: OutLikeQImpl(spec))})
+    found = outcomes(bug, ("mixed_batch", "noncontiguous"))
+    assert found["mixed_batch"] == ("pass", None), found
+    status, reason = found["noncontiguous"]
+    assert status == "fail" and "|backend - oracle|" in reason, found

@@ -79,11 +79,16 @@ def test_a_backend_that_refuses_a_variant_skips_its_cases_with_its_reason():
     assert len(status) == 4 and report.ok
 
 
-def test_strided_inputs_are_views_into_wider_rows():
-    x = torch.randn(5, 4, 3)
+def test_strided_inputs_are_views_into_wider_rows_or_have_their_heads_outermost():
+    x = torch.randn(5, 12)
     placed = place({"x": x}, "cpu", STRIDED)["x"]
-    assert not placed.is_contiguous() and placed.storage_offset() == 3 and placed.stride() == (17, 3, 1)
+    assert not placed.is_contiguous() and placed.storage_offset() == 3 and placed.stride() == (17, 1)
     assert torch.equal(placed, x)
+    heads = torch.randn(5, 4, 3)  # [T, H, D]: a transpose of a dense [H, T, D], after three poisoned elements
+    placed = place({"q": heads}, "cpu", STRIDED)["q"]
+    assert placed.storage_offset() == 3 and placed.stride() == (3, 15, 1)
+    assert torch.empty_like(placed).stride() == (3, 15, 1)  # what a backend's output would inherit
+    assert torch.equal(placed, heads) and placed._base[:3].isnan().all()
 
 
 class InPlace(ShortConvTorchImpl):

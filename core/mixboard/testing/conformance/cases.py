@@ -16,7 +16,8 @@ Two modes (``modes.py``). The quick one, the default, runs per dtype (ids ``name
 * ``mixed_batch``: decodes, continued prefills, fresh prompts (one of a single token) in one step
 * ``long_prefill``: a 40-token prompt (many blocks and SSD chunks) beside a short one, then decodes
 * ``isolation``: a sequence parked while others run, and a new one reusing a finished one's slot and blocks
-* ``noncontiguous``: ``mixed_batch`` with inputs that are strided views, as a fused projection's slices are
+* ``noncontiguous``: ``mixed_batch`` with inputs that are strided views, as a fused projection's slices are,
+  and per-head inputs ([T, H, D]) dense with their heads outermost (a transpose of [H, T, D])
 * ``shared_metadata``: two layers with their own weights and state sharing each step's built metadata
 * ``many_sequences``: 40 sequences, then a step of 33 decodes beside 3 continued prefills and 4 fresh prompts
 * ``consecutive_slots``: decodes of sequences whose slots and blocks were handed out in order
