@@ -105,3 +105,41 @@ def test_inputs_that_fit_pass_on_the_quick_comparison_alone(monkeypatch, layout,
     state = {name: pool.to(dtype) for name, pool in s["state"].items()}
     assert check_paged_inputs("layer0", spec, q, k, v, state, T, BS, s["range"]) == (state["k_cache"],
                                                                                       state["v_cache"])
+
+
+@pytest.mark.parametrize("moved", ["none", "k", "v", "k_cache", "v_cache"])
+def test_an_input_on_another_gpu_of_the_same_type_is_refused(moved):
+    """Two GPUs of one type: q on cuda:0 and a pool on cuda:1 must not pass on the device type alone
+    (a kernel would read the other GPU's memory). Fake tensors (no memory, no CUDA needed) carry the
+    device indices on this CPU machine."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        s = step()
+        s = {**s, "q": s["q"].to("cuda:0"), "k": s["k"].to("cuda:0"), "v": s["v"].to("cuda:0"),
+             "state": {name: pool.to("cuda:0") for name, pool in s["state"].items()}}
+        if moved in ("k", "v"):
+            s[moved] = s[moved].to("cuda:1")
+        elif moved != "none":
+            s["state"][moved] = s["state"][moved].to("cuda:1")
+        got, want = outcome(check_paged_inputs, s), outcome(_check_one_by_one, s)
+    assert got == want
+    if moved == "none":
+        assert got == "passed"
+    else:
+        assert got.startswith("refused: layer0: ") and got.endswith("must be on cuda:0, got cuda:1"), got
+
+
+def test_a_device_named_without_an_index_asks_only_for_the_type():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mixboard.ops.checks import expect
+
+    with FakeTensorMode():
+        x = torch.empty(2, device="cuda:1")
+    expect("layer0", "x", x, (2,), device="cuda")  # a declaration's device: any GPU of the type
+    expect("layer0", "x", x, (2,), device=torch.device("cuda:1"))
+    with pytest.raises(BackendInputError, match=r"^layer0: x must be on cuda:0, got cuda:1$"):
+        expect("layer0", "x", x, (2,), device=torch.device("cuda:0"))
+    with pytest.raises(BackendInputError, match=r"^layer0: x must be on cpu, got cuda:1$"):
+        expect("layer0", "x", x, (2,), device="cpu")

@@ -61,7 +61,8 @@ def _takes_options(function: Any) -> bool:
 def expect(layer: str, what: str, tensor: Any, shape: Sequence[int | None], dtype: torch.dtype | None = None,
            device: torch.device | None = None) -> None:
     """Raise BackendInputError unless ``tensor`` has ``shape`` (None matches
-    any size), ``dtype`` and ``device`` (each when given). Every layer runs
+    any size), ``dtype`` and ``device`` (each when given; a device with an
+    index, such as another tensor's, must match with it). Every layer runs
     these on every step, so the passing case is kept to a few comparisons."""
     if not isinstance(tensor, torch.Tensor):
         raise BackendInputError(f"{layer}: {what} must be a tensor, got {type(tensor).__name__}")
@@ -77,9 +78,11 @@ def expect(layer: str, what: str, tensor: Any, shape: Sequence[int | None], dtyp
         raise BackendInputError(f"{layer}: {what} must have shape {wanted}, got {list(actual)}")
     if dtype is not None and tensor.dtype != dtype:
         raise BackendInputError(f"{layer}: {what} must be {dtype}, got {tensor.dtype}")
-    if device is not None:
-        kind = device.type if isinstance(device, torch.device) else torch.device(device).type
-        if tensor.device.type != kind:
+    if device is not None and tensor.device != device:
+        # a device with an index (another tensor's: cuda:0) must match whole, or cuda:1 would pass;
+        # one named without an index ("cuda") asks only for the type
+        want = device if isinstance(device, torch.device) else torch.device(device)
+        if want.index is not None or tensor.device.type != want.type:
             raise BackendInputError(f"{layer}: {what} must be on {device}, got {tensor.device}")
 
 

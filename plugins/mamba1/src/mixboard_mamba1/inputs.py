@@ -39,8 +39,8 @@ class InputChecks:
         expect_pool(layer, "state 'conv'", state["conv"])  # slots may sit in larger pages: records apart
         expect_pool(layer, "state 'ssm'", state["ssm"])
         meta.check_slots(layer, min(state["conv"].shape[0], state["ssm"].shape[0]))
-        if meta.common.query_start_loc.device.type != device.type:
-            raise BackendInputError(f"{layer}: the step's metadata must be on {device.type}, "
+        if meta.common.query_start_loc.device != device:
+            raise BackendInputError(f"{layer}: the step's metadata must be on {device}, "
                                     f"got {meta.common.query_start_loc.device}")
 
     def check_weights(self, layer: str, weights, device: torch.device) -> None:
