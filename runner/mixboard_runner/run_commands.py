@@ -7,7 +7,7 @@ import re
 import sys
 import time
 
-from . import environment_flags, locking, option_flags, rule_flags
+from . import environment_flags, locking, option_flags, rule_flags, threads
 from .table import render
 
 DEFAULT_PROMPT = "The mixers of a hybrid model"
@@ -41,6 +41,7 @@ def add_commands(commands) -> None:
                    help="memory for the state pools, e.g. 256MiB, 2GiB, or bytes (default 512MiB)")
     p.add_argument("--allow-nonfinite-weights", action="store_true",
                    help="load weights that hold NaN or Inf (with a warning) instead of refusing them")
+    threads.add_flag(p)
     p.add_argument("--json", action="store_true", help="print a JSON object (stable contract)")
     p.set_defaults(run=cmd_run)
 
@@ -216,6 +217,7 @@ def cmd_run(args) -> int:
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k or 0,
                             top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed,
                             ignore_eos=args.ignore_eos)
+    used_threads = threads.apply(args, "run")
     engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=rule_flags.forced(args),
                     prefer=rule_flags.preferred(args), lock=locking.given(args) or "",
                     backend_options=option_flags.given(args) or "",
@@ -234,7 +236,7 @@ def cmd_run(args) -> int:
         print_plan(engine.plan, verbose=False)
         _print_streamed(tokens, len(prompts))
         engine.stats.wall_s = time.perf_counter() - started
-        _print_stats(engine.stats.to_dict())
+        _print_stats(engine.stats.to_dict(), used_threads)
         return 0
     progress = None if args.json or not sys.stderr.isatty() else _Progress(len(prompts) * args.max_tokens)
     outputs = engine.generate(prompts, params, progress=progress)
@@ -247,20 +249,20 @@ def cmd_run(args) -> int:
                                        "finish_reason": o.finish_reason} for o in outputs],
                           "stats": {k: stats[k] for k in ("prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
                                                           "decode_tokens_per_s", "wall_s", "preemptions")}
-                          | {"projections": products(engine.plan)}}, indent=2))
+                          | {"projections": products(engine.plan), "threads": used_threads}}, indent=2))
         return 0
     print_plan(engine.plan, verbose=False)
     for i, out in enumerate(outputs):
         shown = out.text if out.text is not None else ",".join(map(str, out.output_ids))
         print(f"\n[{i}] {len(out.prompt_ids)} prompt tokens -> {len(out.output_ids)} new ({out.finish_reason}):\n{shown!r}")
-    _print_stats(stats)
+    _print_stats(stats, used_threads)
     return 0
 
 
-def _print_stats(stats: dict) -> None:
+def _print_stats(stats: dict, count: int) -> None:
     print(f"\nprefill {stats['prefill_tokens']} tokens at {stats['prefill_tokens_per_s']:.0f} tok/s, "
           f"decode {stats['decode_tokens']} tokens at {stats['decode_tokens_per_s']:.0f} tok/s, "
-          f"{stats['wall_s']:.2f} s")
+          f"{stats['wall_s']:.2f} s, {count} thread{'s' if count > 1 else ''}")
 
 
 def _print_streamed(tokens, count: int) -> None:

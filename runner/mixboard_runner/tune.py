@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import option_flags
+from . import option_flags, threads
 from .measure import Shape, measure_mixer, measure_op
 from .table import render
 
@@ -198,6 +198,7 @@ def add_commands(commands) -> None:
     p.add_argument("--budget", type=float, default=0.2, metavar="S",
                    help="seconds of timed runs per backend and phase, at least 3 runs each (default 0.2)")
     option_flags.add_flag(p)
+    threads.add_flag(p)
     p.add_argument("-o", "--output", default=None, metavar="FILE", help="the lock to write (default: mixboard.lock)")
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON (stable contract)")
@@ -235,6 +236,7 @@ def cmd_tune(args) -> int:
     options = parse(option_flags.given(args), get_registry().backends)
     kinds = None if args.kinds is None else {k.strip() for k in args.kinds.split(",") if k.strip()}
     shape = Shape(args.prompt, args.prefill_seqs, args.batch, args.context)
+    used_threads = threads.apply(args, "tune", note=False)  # measured with the threads the run will have
     busy = os.getloadavg()[0]
     if busy > (os.cpu_count() or 1) * 0.5:  # measurements share the cores with whatever else runs
         sys.stderr.write(f"mixboard tune: note: the machine is busy (load {busy:.1f} on {os.cpu_count()} cores): "
@@ -251,16 +253,18 @@ def cmd_tune(args) -> int:
                          options={b: v for b, v in options.items() if b in running})
     measured = [g.to_dict() for g in groups]
     data = lock_data(plan, model=model_record(args.model, args.dtype, model.info), made_by="mixboard tune",
-                     measurements={"shape": shape.to_dict(), "budget_s": args.budget, "groups": measured})
+                     measurements={"shape": shape.to_dict(), "budget_s": args.budget, "threads": used_threads,
+                                   "groups": measured})
     try:
         write_lock(output, data)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps({"path": str(output), "fingerprint": plan.fingerprint, "shape": shape.to_dict(),
-                          "groups": measured, "options_unused": unused}, indent=2))
+                          "threads": used_threads, "groups": measured, "options_unused": unused}, indent=2))
         return 0
-    print(f"measured on {env}: prefill {shape.prefill_seqs} x {shape.prompt} tokens, decode {shape.batch} "
+    print(f"measured on {env} with {used_threads} thread{'s' if used_threads > 1 else ''}: "
+          f"prefill {shape.prefill_seqs} x {shape.prompt} tokens, decode {shape.batch} "
           f"sequences after {shape.context} tokens; ms per step of each group (its builder + one forward a layer)")
     rows = []
     for g in groups:
