@@ -29,6 +29,20 @@ def conv_weights_as(weights: Mamba2Weights, dtype: torch.dtype) -> tuple[torch.T
     return weight.to(dtype), None if bias is None else bias.to(dtype)
 
 
+def conv_silu(step: SlotStep, xBC: torch.Tensor, weights: Mamba2Weights, conv_pool: torch.Tensor) -> torch.Tensor:
+    """silu(causal conv) of every token of ``step``, the conv states read and written in their slots;
+    half-precision activations are summed in float32 (and come back so)."""
+    if xBC.dtype in (torch.bfloat16, torch.float16):
+        # Summed in the half dtype, each tap's rounding lands on x, B and C, and C . B over 128 states
+        # then carries it to outputs 2x past the kit's bfloat16 tolerance; in float32, as causal-conv1d sums.
+        xBC = xBC.float()
+    conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
+    if step.num_decodes == step.num_tokens:  # decodes only: one window per sequence, no conv over a sequence
+        return causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu",
+                                  slot_range=step.decode_range)
+    return causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv_index, activation="silu")
+
+
 class Mamba2TorchImpl(Mamba2Impl):
     def __init__(self, spec: Mamba2Spec):
         self.spec = spec
@@ -68,15 +82,7 @@ class Mamba2TorchImpl(Mamba2Impl):
 
     def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
         """silu(causal conv) of every token, the conv states read and written in their slots."""
-        if xBC.dtype in (torch.bfloat16, torch.float16):
-            # Summed in the half dtype, each tap's rounding lands on x, B and C, and C . B over 128 states
-            # then carries it to outputs 2x past the kit's bfloat16 tolerance; in float32, as causal-conv1d sums.
-            xBC = xBC.float()
-        conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
-        if step.num_decodes == step.num_tokens:  # decodes only: one window per sequence, no conv over a sequence
-            return causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.decode_slots, activation="silu",
-                                      slot_range=step.decode_range)
-        return causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.conv_index, activation="silu")
+        return conv_silu(step, xBC, weights, conv_pool)
 
     def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
         """The D skip, then the gated RMSNorm (with ``gated_norm``; without it, y as it is, the caller gating

@@ -3,7 +3,9 @@
 * conv: mixboard's portable ragged causal conv (one depthwise ``conv1d`` for
   the whole step). causal-conv1d is not needed: its varlen kernels want a
   conv state of width d_conv where the canonical layout keeps d_conv - 1,
-  and the conv is a small part of the layer's cost.
+  and the conv is a small part of the layer's cost. Half-precision inputs
+  are summed in float32 (``mamba2_torch``'s ``conv_silu``), as causal-conv1d
+  sums them, and rounded once for the kernels.
 * decodes: ``selective_state_update`` on the SSM pool in place
   (``state_batch_indices`` = the slots), with A, dt, dt_bias and D tied per
   head by stride-0 broadcasting, as mamba-ssm's own Mamba2.step does.
@@ -23,11 +25,10 @@ from typing import Any, Mapping
 
 import torch
 from mixboard.kinds.mamba2 import Mamba2Impl, Mamba2Spec, Mamba2Weights
-from mixboard.ops.causal_conv import causal_conv1d, causal_conv1d_step
 
 from .inputs import InputChecks
 from .ssd import discretize
-from .torch_impl import conv_weights_as
+from .torch_impl import conv_silu
 from .triton_meta import as_meta
 
 
@@ -52,12 +53,8 @@ class Mamba2TritonImpl(Mamba2Impl):
         T, H, P, G, N = step.base.num_tokens, spec.num_heads, spec.head_dim, spec.n_groups, spec.d_state
         DI = spec.d_inner
 
-        conv_weight, conv_bias = conv_weights_as(weights, xBC.dtype)
-        if step.base.num_decodes == T:  # decodes only: one window per sequence (the step plans no ragged conv)
-            xbc = causal_conv1d_step(xBC, conv_weight, conv_bias, conv_pool, step.base.decode_slots,
-                                     activation="silu", slot_range=step.base.decode_range)
-        else:
-            xbc = causal_conv1d(xBC, conv_weight, conv_bias, conv_pool, step.base.conv_index, activation="silu")
+        # summed in float32 as mamba2_torch sums it, rounded once to the dtype the Triton kernels are given
+        xbc = conv_silu(step.base, xBC, weights, conv_pool).to(xBC.dtype)
         x = xbc[:, :DI].view(T, H, P)
         B = xbc[:, DI:DI + G * N].view(T, G, N)
         C = xbc[:, DI + G * N:].view(T, G, N)
