@@ -261,3 +261,10 @@ def test_flash_attn_is_chosen_over_sdpa_where_it_applies(flash_double, only_atte
     # a plan groups the layers it picked flash_attn for
     plan = registry.plan([(f"layers.{i}.attn", "attention", bf16) for i in range(3)], env=H100)
     assert [(g.backend, g.layers) for g in plan.groups] == [("flash_attn", ("layers.0.attn", "layers.1.attn", "layers.2.attn"))]
+
+
+def test_the_kit_passes_in_half_precision_over_the_double(flash_double):
+    from kit_over_doubles import kit_failures
+
+    failed, counts = kit_failures(FlashAttention)
+    assert not failed and counts["pass"] >= 45, failed

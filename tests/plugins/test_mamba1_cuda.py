@@ -207,3 +207,10 @@ def test_the_doubles_refuse_what_the_kernels_refuse(doubles):
     u = torch.randn(1, 16, 5)
     with pytest.raises(RuntimeError, match="A must be float32"):
         selective_scan_fn(u, u, torch.zeros(16, 4, dtype=torch.float64), torch.randn(1, 4, 5), torch.randn(1, 4, 5))
+
+
+def test_the_kit_passes_in_half_precision_over_the_doubles(doubles):
+    from kit_over_doubles import kit_failures
+
+    failed, counts = kit_failures(Mamba1Cuda)
+    assert not failed and counts["pass"] >= 35, failed

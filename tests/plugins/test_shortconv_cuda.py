@@ -219,3 +219,11 @@ def test_bad_input_names_the_layer(library):
     pool = random_pool(spec, seed=0)
     with pytest.raises(ValueError, match=r"model.layers.3.conv: state slot \[2, 40\] out of range: the pool has 12 slots"):
         run(B[:2], C[:2], x[:2], random_weights(spec), pool, step_meta([1, 1], [3, 3], [2, 40]))
+
+
+def test_the_kit_passes_in_half_precision_over_the_double(library):
+    from kit_over_doubles import kit_failures
+
+    library.double()
+    failed, counts = kit_failures(ShortConvCuda)
+    assert not failed and counts["pass"] >= 30, failed

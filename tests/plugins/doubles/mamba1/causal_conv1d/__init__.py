@@ -49,7 +49,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     _require(final_states_out is None, "final_states_out is not implemented by this double")
     prev = initial_states if initial_states is not None else x.new_zeros(batch, dim, width - 1)
     full = torch.cat([prev, x], dim=-1).to(weight.dtype)
-    out = _activate(F.conv1d(full, weight.unsqueeze(1), bias, groups=dim), activation).to(x.dtype)
+    out = _activate(_conv(full, weight, bias), activation).to(x.dtype)
     if not return_final_states:
         return out
     return out, full[:, :, -(width - 1):].to(x.dtype)
@@ -80,6 +80,12 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         rows = torch.arange(batch, device=x.device)
     full = torch.cat([conv_state[rows], x], dim=-1)
     conv_state[rows] = full[:, :, -state_len:]
-    out = F.conv1d(full.to(weight.dtype), weight.unsqueeze(1), bias, groups=dim)[:, :, -seqlen:]
+    out = _conv(full, weight, bias)[:, :, -seqlen:]
     out = _activate(out, activation).to(x.dtype)
     return out.squeeze(-1) if squeeze else out
+
+
+def _conv(full, weight, bias):
+    """The depthwise conv summed in float32, as the kernels sum it whatever the inputs' dtype."""
+    return F.conv1d(full.float(), weight.float().unsqueeze(1), None if bias is None else bias.float(),
+                    groups=full.shape[1])
