@@ -12,7 +12,7 @@ import re
 import time
 from typing import Any
 
-from . import compat, graphs, ops, ranks, state, table
+from . import compat, graphs, ops, ranks, refused_settings, state, table
 from .mixer import kind_and_spec, runs_on_mixboard
 from .errors import StartupError
 
@@ -119,6 +119,7 @@ class ProcessPlan:
         state.check_paged_layout(self.plan)
         ops.check_graph_splits(vllm_config, {lp.kind for lp in self.plan.layers})
         state.check_hybrid(self.plan)
+        refused_settings.check_settings(vllm_config, self.plan)
         self.builders: list[Any] = []
         self.bound: dict[str, Bound] = {}
         for gid, group in enumerate(self.plan.groups):

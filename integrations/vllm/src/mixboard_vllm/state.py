@@ -71,6 +71,32 @@ def check_paged_layout(plan) -> None:
                     f"(MIXBOARD_BACKEND=attention=NAME)")
 
 
+def check_slot_state(layer: str, kind: str, backend: str, state_spec, shapes, dtypes, align: bool) -> None:
+    """Can vLLM hold a slot-state layer's state as the planned backend declares it (``state_spec``),
+    where vLLM's own layer would keep ``shapes`` in ``dtypes``? vLLM allocates what the backend
+    declares, but sized hybrid pages at config time from its own shapes (platforms/interface.py:1052),
+    so the bytes must be the same. With prefix caching (``align``) vLLM copies states between blocks
+    with one copy function per tensor of its own layer (v1/worker/mamba_utils.py, zip(kv_caches,
+    state_copy_funcs)): a tensor more would never be copied, so the count must be the same too."""
+    ours = [(tuple(t.shape), getattr(torch, t.dtype)) for _, t in state_spec.tensors]
+    theirs = sum(_nbytes(s, d) for s, d in zip(shapes, dtypes))
+    fix = f"choose a backend with the kind's canonical state (MIXBOARD_BACKEND={kind}=NAME)"
+    if sum(_nbytes(s, d) for s, d in ours) != theirs:
+        raise StartupError(f"mixboard-vllm: layer {layer}: backend {backend}'s state {[s for s, _ in ours]} differs "
+                           f"in size from what vLLM sized its pages for ({theirs} bytes); {fix}")
+    if align and len(ours) != len(shapes):
+        raise StartupError(f"mixboard-vllm: layer {layer}: backend {backend} keeps {len(ours)} state tensors where "
+                           f"vLLM's layer keeps {len(shapes)}, and with prefix caching vLLM copies states tensor by "
+                           f"tensor, its own count; {fix}, or turn prefix caching off")
+
+
+def _nbytes(shape, dtype) -> int:
+    n = torch.empty((), dtype=dtype).element_size()
+    for s in shape:
+        n *= s
+    return n
+
+
 def paged_pools(kv_cache: torch.Tensor, bound) -> dict[str, torch.Tensor]:
     """One pool per state tensor, each [blocks, block_size, *shape], viewing vLLM's memory."""
     blocks, slots, block_size, _ = kv_cache.shape

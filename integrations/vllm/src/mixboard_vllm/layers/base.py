@@ -10,7 +10,7 @@ import torch
 from .. import compat
 from ..errors import StartupError
 from ..plan import process_plan
-from ..state import PoolViews, slot_pools
+from ..state import PoolViews, check_slot_state, slot_pools
 
 
 def torch_dtype_name(dtype: torch.dtype) -> str:
@@ -45,18 +45,12 @@ class MixboardLayer:
             self._bound = process_plan(self._vllm_config).layer(self.prefix)
         return self._bound
 
-    # vLLM allocates what the planned backend declares; hybrid pages were sized at config time from
-    # vLLM's own shapes (platforms/interface.py:1052), so the bytes must be the same.
     def get_state_shape(self):
         bound = self._mb()
-        ours = tuple(tuple(t.shape) for _, t in bound.state_spec.tensors)
-        dtypes = tuple(getattr(torch, t.dtype) for _, t in bound.state_spec.tensors)
-        theirs = sum(_nbytes(s, d) for s, d in zip(super().get_state_shape(), super().get_state_dtype()))
-        if sum(_nbytes(s, d) for s, d in zip(ours, dtypes)) != theirs:
-            raise StartupError(f"mixboard-vllm: layer {self.prefix}: backend {bound.backend}'s state "
-                               f"{list(ours)} differs in size from what vLLM sized its pages for ({theirs} bytes); "
-                               f"choose a backend with the kind's canonical state (MIXBOARD_BACKEND={self.mixboard_kind}=NAME)")
-        return ours
+        align = self._vllm_config.cache_config.mamba_cache_mode == "align"
+        check_slot_state(self.prefix, self.mixboard_kind, bound.backend, bound.state_spec,
+                         super().get_state_shape(), super().get_state_dtype(), align)
+        return tuple(tuple(t.shape) for _, t in bound.state_spec.tensors)
 
     def get_state_dtype(self):
         return tuple(getattr(torch, t.dtype) for _, t in self._mb().state_spec.tensors)
@@ -82,9 +76,3 @@ class MixboardLayer:
         if T < output.shape[0]:
             output[T:].zero_()
 
-
-def _nbytes(shape, dtype) -> int:
-    n = torch.empty((), dtype=dtype).element_size()
-    for s in shape:
-        n *= s
-    return n

@@ -1,0 +1,79 @@
+"""vLLM settings whose steps mixboard's contract does not describe are refused at start-up, in one
+line naming the setting and the fix (refused_settings.py, state.check_slot_state); the checks on
+vLLM's own config objects, then two of them through real engines."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from vllm.config.cache import CacheConfig
+from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
+
+from mixboard import AttentionSpec, Mamba2Spec, get_registry
+from mixboard.kinds.mamba2 import mamba2_state
+from mixboard.state import StateSpec
+from mixboard_vllm.errors import StartupError
+from mixboard_vllm.refused_settings import check_settings
+from mixboard_vllm.state import check_slot_state
+
+from harness import run
+
+ATTN = ("model.layers.0.self_attn.attn", "attention", AttentionSpec(num_heads=4, num_kv_heads=2, head_size=32))
+MAMBA2 = ("model.layers.1.mixer", "mamba2", Mamba2Spec(num_heads=8, head_dim=32, d_state=16, n_groups=1))
+
+
+def settings(speculative=None, **cache):
+    return SimpleNamespace(speculative_config=speculative, cache_config=CacheConfig(**cache))
+
+
+def test_partial_prefix_hits_are_refused_on_hybrids_only():
+    hybrid = get_registry().plan([ATTN, MAMBA2])
+    llama = get_registry().plan([ATTN])
+    align = dict(block_size=64, mamba_block_size=64, enable_prefix_caching=True, mamba_cache_mode="align")
+    check_settings(settings(**align), hybrid)  # hits land on state blocks: their states are saved
+    check_settings(settings(**align, prefix_match_unit=64), hybrid)
+    check_settings(settings(**align, prefix_match_unit=16), llama)  # no state to save between
+    with pytest.raises(StartupError, match=r"^mixboard-vllm: prefix caching with hits every 16 tokens inside "
+                                           r"64-token state blocks \(prefix_match_unit=16\): .* set it to 64$"):
+        check_settings(settings(**align, prefix_match_unit=16), hybrid)
+    with pytest.raises(StartupError, match=r"hits every 32 tokens inside 64-token state blocks"):
+        check_settings(settings(block_size=32, mamba_block_size=64, enable_prefix_caching=True,
+                                mamba_cache_mode="align"), hybrid)  # vLLM's default unit: the blocks' gcd
+
+
+def test_speculative_decoding_is_refused_on_any_model():
+    for layers in ([ATTN], [ATTN, MAMBA2]):
+        with pytest.raises(StartupError, match=r"^mixboard-vllm: speculative decoding \(ngram\) is not supported"):
+            check_settings(settings(speculative=SimpleNamespace(method="ngram")), get_registry().plan(layers))
+
+
+def test_a_state_vllm_cannot_copy_tensor_by_tensor_is_refused_with_prefix_caching():
+    spec = MAMBA2[2]
+    shapes = MambaStateShapeCalculator.mamba2_state_shape(1, spec.d_inner, spec.n_groups, spec.num_heads,
+                                                          spec.head_dim, spec.d_state, spec.d_conv)
+    dtypes = (torch.float32, torch.float32)
+    canonical = mamba2_state(spec)
+    (conv, ssm) = (t for _, t in canonical.tensors)
+    halves = (spec.num_heads // 2, spec.head_dim, spec.d_state)  # the same bytes in one tensor more
+    split = StateSpec.slots(conv=(conv.shape, "float32"), ssm_a=(halves, "float32"), ssm_b=(halves, "float32"))
+    for align in (False, True):
+        check_slot_state("l", "mamba2", "mamba2_cpu", canonical, shapes, dtypes, align)
+    check_slot_state("l", "mamba2", "acme", split, shapes, dtypes, align=False)  # vLLM copies nothing then
+    with pytest.raises(StartupError, match=r"^mixboard-vllm: layer l: backend acme keeps 3 state tensors where "
+                                           r"vLLM's layer keeps 2, .* or turn prefix caching off$"):
+        check_slot_state("l", "mamba2", "acme", split, shapes, dtypes, align=True)
+    wider = StateSpec.slots(conv=(conv.shape, "float32"), ssm=((spec.num_heads + 1, *ssm.shape[1:]), "float32"))
+    with pytest.raises(StartupError, match=r"differs in size from what vLLM sized its pages for"):
+        check_slot_state("l", "mamba2", "acme", wider, shapes, dtypes, align=False)
+
+
+def test_engines_refuse_both_at_start_up(workdir, checkpoint):
+    r = run(workdir, "granite_hybrid_prefix_unit", checkpoint("granite_hybrid"), {},
+            {"enable_prefix_caching": True, "prefix_match_unit": 16})
+    assert r.rc != 0 and "start-up refused: mixboard-vllm: prefix caching with hits every 16 tokens" in r.log, \
+        r.log[-3000:]
+    r = run(workdir, "llama_ngram", checkpoint("llama"), {},
+            {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
+                                    "prompt_lookup_min": 1}})
+    assert r.rc != 0 and "start-up refused: mixboard-vllm: speculative decoding (ngram) is not supported" in r.log, \
+        r.log[-3000:]
