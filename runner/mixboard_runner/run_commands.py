@@ -217,7 +217,8 @@ def cmd_run(args) -> int:
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k or 0,
                             top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed,
                             ignore_eos=args.ignore_eos)
-    used_threads = threads.apply(args, "run")
+    used_threads = threads.apply(args)
+    busy = threads.busy_line(args, "run", used_threads)  # said after a run that ended well
     engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=rule_flags.forced(args),
                     prefer=rule_flags.preferred(args), lock=locking.given(args) or "",
                     backend_options=option_flags.given(args) or "",
@@ -237,6 +238,7 @@ def cmd_run(args) -> int:
         _print_streamed(tokens, len(prompts))
         engine.stats.wall_s = time.perf_counter() - started
         _print_stats(engine.stats.to_dict(), used_threads)
+        sys.stderr.write(busy or "")
         return 0
     progress = None if args.json or not sys.stderr.isatty() else _Progress(len(prompts) * args.max_tokens)
     outputs = engine.generate(prompts, params, progress=progress)
@@ -250,12 +252,14 @@ def cmd_run(args) -> int:
                           "stats": {k: stats[k] for k in ("prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
                                                           "decode_tokens_per_s", "wall_s", "preemptions")}
                           | {"projections": products(engine.plan), "threads": used_threads}}, indent=2))
+        sys.stderr.write(busy or "")
         return 0
     print_plan(engine.plan, verbose=False)
     for i, out in enumerate(outputs):
         shown = out.text if out.text is not None else ",".join(map(str, out.output_ids))
         print(f"\n[{i}] {len(out.prompt_ids)} prompt tokens -> {len(out.output_ids)} new ({out.finish_reason}):\n{shown!r}")
     _print_stats(stats, used_threads)
+    sys.stderr.write(busy or "")
     return 0
 
 

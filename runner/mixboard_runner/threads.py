@@ -10,7 +10,6 @@ cores explains (benchmarks/README.md, "Threads on a busy machine").
 from __future__ import annotations
 
 import os
-import sys
 
 HELP = ("threads for the model's ops and kernels (default: torch's, $OMP_NUM_THREADS up to the cores, else one "
         "per physical core); on a machine other processes keep busy, fewer threads than cores is often faster")
@@ -20,9 +19,8 @@ def add_flag(p) -> None:
     p.add_argument("--threads", type=int, default=None, metavar="N", help=HELP)
 
 
-def apply(args, command: str, note: bool = True) -> int:
-    """Set ``--threads`` where given and return the threads the run uses; with ``note``, say on
-    stderr when the machine's other work leaves fewer cores than that."""
+def apply(args) -> int:
+    """Set ``--threads`` where given and return the threads the run uses."""
     import torch
 
     from mixboard.errors import UsageError
@@ -31,11 +29,18 @@ def apply(args, command: str, note: bool = True) -> int:
         if args.threads < 1:
             raise UsageError(f"--threads must be at least 1, not {args.threads}")
         torch.set_num_threads(args.threads)
-    threads = torch.get_num_threads()
-    said = busy_note(threads, os.getloadavg()[0], cores()) if note else None
-    if said:
-        sys.stderr.write(f"mixboard {command}: note: {said}\n")
-    return threads
+    return torch.get_num_threads()
+
+
+def busy_line(args, command: str, threads: int) -> str | None:
+    """The stderr line for a run of ``threads`` threads when the machine's other work leaves fewer cores
+    than that, taken before the run's own work joins the load average; None when they fit, and when
+    ``--threads`` was given: that was the user's choice. The caller says it once the run has ended
+    well, so that a mistake or a failure keeps its one line."""
+    if args.threads is not None:
+        return None
+    said = busy_note(threads, os.getloadavg()[0], cores())
+    return f"mixboard {command}: note: {said}\n" if said else None
 
 
 def cores() -> int:

@@ -236,11 +236,8 @@ def cmd_tune(args) -> int:
     options = parse(option_flags.given(args), get_registry().backends)
     kinds = None if args.kinds is None else {k.strip() for k in args.kinds.split(",") if k.strip()}
     shape = Shape(args.prompt, args.prefill_seqs, args.batch, args.context)
-    used_threads = threads.apply(args, "tune", note=False)  # measured with the threads the run will have
-    busy = os.getloadavg()[0]
-    if busy > (os.cpu_count() or 1) * 0.5:  # measurements share the cores with whatever else runs
-        sys.stderr.write(f"mixboard tune: note: the machine is busy (load {busy:.1f} on {os.cpu_count()} cores): "
-                         f"the times will be noisy; tune on a quiet machine for choices that hold\n")
+    used_threads = threads.apply(args)  # measured with the threads the run will have
+    busy = os.getloadavg()[0]  # before tune's own work joins the average
     progress = _Bar() if sys.stderr.isatty() and not args.json else None
     registry, model, env, groups = tune(args.model, args.dtype, args.device, shape, args.budget, kinds, options,
                                         progress)
@@ -259,6 +256,9 @@ def cmd_tune(args) -> int:
         write_lock(output, data)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if busy > (os.cpu_count() or 1) * 0.5:  # said once done: a mistake found on the way keeps its one line
+        sys.stderr.write(f"mixboard tune: note: the machine was busy (load {busy:.1f} on {os.cpu_count()} cores): "
+                         f"the times are noisy; tune on a quiet machine for choices that hold\n")
     if args.json:
         print(json.dumps({"path": str(output), "fingerprint": plan.fingerprint, "shape": shape.to_dict(),
                           "threads": used_threads, "groups": measured, "options_unused": unused}, indent=2))

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from mixboard_runner.threads import busy_note
+from checkpoints import make_checkpoint
+from mixboard_runner.threads import busy_note, cores
 
 
 def mixboard(*args, env=None, cwd=None):
@@ -64,3 +65,51 @@ def test_a_busy_machine_gets_a_note_naming_the_threads_to_try(threads, load, cor
     else:
         assert note.startswith(f"the machine is busy (load {load:.1f} on {cores} cores): with {threads} threads")
         assert note.endswith(want)
+
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama")
+    make_checkpoint("llama", directory)
+    return directory
+
+
+def _main_on_a_busy_machine(monkeypatch, capsys, *args, default_threads=2):
+    """``mixboard run`` in this process with the cores held by other work (the load average pinned at
+    8) and torch's default at ``default_threads``; torch's threads are put back afterwards."""
+    import torch
+
+    from mixboard_runner.cli import main
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    before = torch.get_num_threads()
+    torch.set_num_threads(default_threads)
+    try:
+        code = main(["run", *map(str, args)])
+    finally:
+        torch.set_num_threads(before)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt-ids", "1,999"], "token id 999 is outside the vocabulary"),  # found once the model is loaded
+    (["--prompt-ids", ",".join(["1"] * 600)], "longer than this model and cache allow"),
+    (["--prompt-ids", "1", "--backend", "attention=nope"], "unknown backend 'nope'"),
+    (["--prompt-ids", "1", "--top-k", "5"], "only apply when sampling"),
+])
+def test_a_user_mistake_on_a_busy_machine_is_still_one_line(monkeypatch, capsys, llama_dir, args, message):
+    code, err = _main_on_a_busy_machine(monkeypatch, capsys, llama_dir, "--max-tokens", "1", *args)
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_a_run_on_a_busy_machine_gets_the_note_unless_threads_are_given(monkeypatch, capsys, llama_dir):
+    run = (llama_dir, "--prompt-ids", "1,2", "--max-tokens", "1")
+    code, err = _main_on_a_busy_machine(monkeypatch, capsys, *run)
+    assert code == 0 and err == ("mixboard run: note: the machine is busy (load 8.0 on "
+                                 f"{cores()} cores): with 2 threads, every parallel op waits for whichever thread "
+                                 "other processes keep off its core; --threads 1 may be faster\n"), err
+    code, err = _main_on_a_busy_machine(monkeypatch, capsys, *run, "--threads", "2")
+    assert code == 0 and err == "", err  # the user chose the threads: no note
+    code, err = _main_on_a_busy_machine(monkeypatch, capsys, *run, default_threads=1)
+    assert code == 0 and err == "", err  # one thread waits for nobody
