@@ -44,7 +44,9 @@ def busy_line(args, command: str, threads: int) -> str | None:
 
 
 def cores() -> int:
-    """The cores this process may run on (taskset and cgroup cpusets narrow them)."""
+    """The cores this process may run on (taskset and cgroup cpusets narrow them). The load average
+    counts the whole host's work: in a cpuset on a busy larger host the notes may see a load the
+    cpuset's own cores do not carry."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

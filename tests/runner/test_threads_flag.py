@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from checkpoints import make_checkpoint
-from mixboard_runner.threads import busy_note, cores
+from mixboard_runner import threads as threads_module
+from mixboard_runner.threads import busy_note
 
 
 def mixboard(*args, env=None, cwd=None):
@@ -76,13 +77,14 @@ def llama_dir(tmp_path_factory):
 
 
 def _main_on_a_busy_machine(monkeypatch, capsys, *args, default_threads=2):
-    """``mixboard run`` in this process with the cores held by other work (the load average pinned at
-    8) and torch's default at ``default_threads``; torch's threads are put back afterwards."""
+    """``mixboard run`` in this process with the cores held by other work (a load average of 8 on 2
+    cores) and torch's default at ``default_threads``; torch's threads are put back afterwards."""
     import torch
 
     from mixboard_runner.cli import main
 
     monkeypatch.setattr(os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    monkeypatch.setattr(threads_module, "cores", lambda: 2)  # 8 on 2 cores on any machine: the note is due
     before = torch.get_num_threads()
     torch.set_num_threads(default_threads)
     try:
@@ -106,8 +108,8 @@ def test_a_user_mistake_on_a_busy_machine_is_still_one_line(monkeypatch, capsys,
 def test_a_run_on_a_busy_machine_gets_the_note_unless_threads_are_given(monkeypatch, capsys, llama_dir):
     run = (llama_dir, "--prompt-ids", "1,2", "--max-tokens", "1")
     code, err = _main_on_a_busy_machine(monkeypatch, capsys, *run)
-    assert code == 0 and err == ("mixboard run: note: the machine is busy (load 8.0 on "
-                                 f"{cores()} cores): with 2 threads, every parallel op waits for whichever thread "
+    assert code == 0 and err == ("mixboard run: note: the machine is busy (load 8.0 on 2 cores): with 2 threads, "
+                                 "every parallel op waits for whichever thread "
                                  "other processes keep off its core; --threads 1 may be faster\n"), err
     code, err = _main_on_a_busy_machine(monkeypatch, capsys, *run, "--threads", "2")
     assert code == 0 and err == "", err  # the user chose the threads: no note

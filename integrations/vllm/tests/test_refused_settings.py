@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from vllm.config import VllmConfig
 from vllm.config.cache import CacheConfig
 from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
 
@@ -22,8 +23,8 @@ ATTN = ("model.layers.0.self_attn.attn", "attention", AttentionSpec(num_heads=4,
 MAMBA2 = ("model.layers.1.mixer", "mamba2", Mamba2Spec(num_heads=8, head_dim=32, d_state=16, n_groups=1))
 
 
-def settings(speculative=None, **cache):
-    return SimpleNamespace(speculative_config=speculative, cache_config=CacheConfig(**cache))
+def settings(speculative=None, v2=False, **cache):
+    return SimpleNamespace(speculative_config=speculative, use_v2_model_runner=v2, cache_config=CacheConfig(**cache))
 
 
 def test_partial_prefix_hits_are_refused_on_hybrids_only():
@@ -34,9 +35,11 @@ def test_partial_prefix_hits_are_refused_on_hybrids_only():
     check_settings(settings(**align, prefix_match_unit=64), hybrid)
     check_settings(settings(**align, prefix_match_unit=16), llama)  # no state to save between
     with pytest.raises(StartupError, match=r"^mixboard-vllm: prefix caching with hits every 16 tokens inside "
-                                           r"64-token state blocks \(prefix_match_unit=16\): .* set it to 64$"):
+                                           r"64-token state blocks \(prefix_match_unit=16\): .* set "
+                                           r"--prefix-match-unit 64, or turn prefix caching off$"):
         check_settings(settings(**align, prefix_match_unit=16), hybrid)
-    with pytest.raises(StartupError, match=r"hits every 32 tokens inside 64-token state blocks"):
+    with pytest.raises(StartupError, match=r"hits every 32 tokens inside 64-token state blocks \(the gcd of the "
+                                           r"32-token attention blocks and the state blocks\)"):
         check_settings(settings(block_size=32, mamba_block_size=64, enable_prefix_caching=True,
                                 mamba_cache_mode="align"), hybrid)  # vLLM's default unit: the blocks' gcd
 
@@ -45,6 +48,16 @@ def test_speculative_decoding_is_refused_on_any_model():
     for layers in ([ATTN], [ATTN, MAMBA2]):
         with pytest.raises(StartupError, match=r"^mixboard-vllm: speculative decoding \(ngram\) is not supported"):
             check_settings(settings(speculative=SimpleNamespace(method="ngram")), get_registry().plan(layers))
+
+
+def test_the_v2_model_runner_is_refused_on_any_model():
+    # V2 does not start on this CPU (Triton has no CPU backend here): vLLM's own switch, on settings
+    assert isinstance(VllmConfig.__dict__["use_v2_model_runner"], property)  # the name vLLM reads it by
+    for layers in ([ATTN], [ATTN, MAMBA2]):
+        with pytest.raises(StartupError, match=r"^mixboard-vllm: vLLM's model runner V2 is not supported: .* set "
+                                               r"VLLM_USE_V2_MODEL_RUNNER=0 \(the V1 runner\)"):
+            check_settings(settings(v2=True), get_registry().plan(layers))
+        check_settings(settings(), get_registry().plan(layers))
 
 
 def test_a_state_vllm_cannot_copy_tensor_by_tensor_is_refused_with_prefix_caching():
@@ -67,7 +80,24 @@ def test_a_state_vllm_cannot_copy_tensor_by_tensor_is_refused_with_prefix_cachin
         check_slot_state("l", "mamba2", "acme", wider, shapes, dtypes, align=False)
 
 
-def test_engines_refuse_both_at_start_up(workdir, checkpoint):
+def test_a_state_in_other_dtypes_than_vllms_is_refused_naming_the_settings():
+    fp16 = Mamba2Spec(num_heads=8, head_dim=32, d_state=16, n_groups=1, dtype="float16")
+    shapes = MambaStateShapeCalculator.mamba2_state_shape(1, fp16.d_inner, fp16.n_groups, fp16.num_heads,
+                                                          fp16.head_dim, fp16.d_state, fp16.d_conv)
+    state = mamba2_state(fp16)
+    check_slot_state("l", "mamba2", "mamba2_torch", state, shapes, (torch.float16, torch.float16), align=False)
+    # the same bytes in bfloat16 were taken before without a word: the user's cache dtype ignored
+    with pytest.raises(StartupError, match=r"^mixboard-vllm: layer l: vLLM keeps this layer's state in \(bfloat16, "
+                                           r"bfloat16\) \(mamba_cache_dtype=bfloat16\), backend mamba2_torch in "
+                                           r"\(float16, float16\): give vLLM the backend's \(--mamba-cache-dtype float16 "
+                                           r"--mamba-ssm-cache-dtype float16\), or choose a backend that keeps"):
+        check_slot_state("l", "mamba2", "mamba2_torch", state, shapes, (torch.bfloat16, torch.bfloat16), False,
+                         "mamba_cache_dtype=bfloat16")
+    with pytest.raises(StartupError, match=r"state in \(float16, float32\)"):  # two dtypes: not the kind's
+        check_slot_state("l", "mamba2", "mamba2_torch", state, shapes, (torch.float16, torch.float32), False)
+
+
+def test_engines_refuse_them_at_start_up(workdir, checkpoint):
     r = run(workdir, "granite_hybrid_prefix_unit", checkpoint("granite_hybrid"), {},
             {"enable_prefix_caching": True, "prefix_match_unit": 16})
     assert r.rc != 0 and "start-up refused: mixboard-vllm: prefix caching with hits every 16 tokens" in r.log, \
@@ -76,4 +106,8 @@ def test_engines_refuse_both_at_start_up(workdir, checkpoint):
             {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
                                     "prompt_lookup_min": 1}})
     assert r.rc != 0 and "start-up refused: mixboard-vllm: speculative decoding (ngram) is not supported" in r.log, \
+        r.log[-3000:]
+    r = run(workdir, "granite_hybrid_ssm_fp16", checkpoint("granite_hybrid"), {}, {"mamba_ssm_cache_dtype": "float16"})
+    assert r.rc != 0 and ("start-up refused: mixboard-vllm: layer model.layers.0.mixer: vLLM keeps this layer's state "
+                          "in (float32, float16) (mamba_cache_dtype=auto, mamba_ssm_cache_dtype=float16)") in r.log, \
         r.log[-3000:]

@@ -1,6 +1,10 @@
 """vLLM settings whose steps mixboard's step contract does not describe: refused at start-up,
 where the plan is made, never run.
 
+* vLLM's model runner V2 (vLLM 0.32's default wherever Triton runs, so on GPU): it never
+  reorders a batch decodes-first (vllm/v1/worker/gpu reads no ``reorder_batch_threshold``), the
+  order every mixboard builder takes (batch.py); without Triton's CPU backend it does not start on
+  CPU, so nothing of it is tested here.
 * Speculative decoding: its verify rows are neither decodes nor prefills in mixboard's terms, the
   slot-state kinds keep no per-draft state, and on CUDA the batch translation reads sequence
   lengths from a host copy that async speculative decoding leaves approximate (compat.step_batch).
@@ -21,6 +25,10 @@ def check_settings(vllm_config, plan) -> None:
     """Raise StartupError for a setting above; ``plan``: this process's mixboard plan."""
     from mixboard.state import SLOTS
 
+    if getattr(vllm_config, "use_v2_model_runner", False):
+        raise StartupError("mixboard-vllm: vLLM's model runner V2 is not supported: it does not order a batch "
+                           "decodes-first, as mixboard's layers take it; set VLLM_USE_V2_MODEL_RUNNER=0 (the V1 "
+                           "runner), or MIXBOARD_VLLM=0 to let vLLM run this model")
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is not None:
         method = getattr(spec, "method", None) or "a draft model"
@@ -34,7 +42,9 @@ def check_settings(vllm_config, plan) -> None:
     state_block = cache.mamba_block_size or cache.block_size
     unit = cache.prefix_match_unit or math.gcd(cache.block_size, state_block)  # vLLM's default: the blocks' gcd
     if unit < state_block:
+        why = (f"prefix_match_unit={cache.prefix_match_unit}" if cache.prefix_match_unit
+               else f"the gcd of the {cache.block_size}-token attention blocks and the state blocks")
         raise StartupError(f"mixboard-vllm: prefix caching with hits every {unit} tokens inside {state_block}-token "
-                           f"state blocks (prefix_match_unit={cache.prefix_match_unit}): vLLM would hand a hit the "
-                           f"state saved at the end of its block, as mixboard's layers save none in between; unset "
-                           f"prefix_match_unit (--prefix-match-unit) or set it to {state_block}")
+                           f"state blocks ({why}): vLLM would hand a hit the state saved at the end of its block, as "
+                           f"mixboard's layers save none in between; set --prefix-match-unit {state_block}, or turn "
+                           f"prefix caching off")

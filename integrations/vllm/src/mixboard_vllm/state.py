@@ -71,15 +71,26 @@ def check_paged_layout(plan) -> None:
                     f"(MIXBOARD_BACKEND=attention=NAME)")
 
 
-def check_slot_state(layer: str, kind: str, backend: str, state_spec, shapes, dtypes, align: bool) -> None:
+def check_slot_state(layer: str, kind: str, backend: str, state_spec, shapes, dtypes, align: bool,
+                     settings: str = "") -> None:
     """Can vLLM hold a slot-state layer's state as the planned backend declares it (``state_spec``),
-    where vLLM's own layer would keep ``shapes`` in ``dtypes``? vLLM allocates what the backend
-    declares, but sized hybrid pages at config time from its own shapes (platforms/interface.py:1052),
-    so the bytes must be the same. With prefix caching (``align``) vLLM copies states between blocks
-    with one copy function per tensor of its own layer (v1/worker/mamba_utils.py, zip(kv_caches,
-    state_copy_funcs)): a tensor more would never be copied, so the count must be the same too."""
+    where vLLM's own layer would keep ``shapes`` in ``dtypes`` (chosen by vLLM's ``settings``)? vLLM
+    allocates what the backend declares, but sized hybrid pages at config time from its own shapes
+    (platforms/interface.py:1052), so the bytes must be the same. A state of vLLM's tensors in other
+    dtypes would ignore the cache dtypes vLLM was given without a word: refused. With prefix caching
+    (``align``) vLLM copies states between blocks with one copy function per tensor of its own layer
+    (v1/worker/mamba_utils.py, zip(kv_caches, state_copy_funcs)): a tensor more would never be
+    copied, so the count must be the same too."""
     ours = [(tuple(t.shape), getattr(torch, t.dtype)) for _, t in state_spec.tensors]
     theirs = sum(_nbytes(s, d) for s, d in zip(shapes, dtypes))
+    if len(ours) == len(dtypes) and [d for _, d in ours] != list(dtypes):
+        # vLLM's first state tensor (conv) takes mamba_cache_dtype, its second (ssm) mamba_ssm_cache_dtype
+        flags = " ".join(f"{flag} {_names([d])}" for flag, (_, d) in
+                         zip(("--mamba-cache-dtype", "--mamba-ssm-cache-dtype"), ours))
+        raise StartupError(f"mixboard-vllm: layer {layer}: vLLM keeps this layer's state in ({_names(dtypes)})"
+                           f"{f' ({settings})' if settings else ''}, backend {backend} in "
+                           f"({_names(d for _, d in ours)}): give vLLM the backend's ({flags}), or choose a "
+                           f"backend that keeps vLLM's (MIXBOARD_BACKEND={kind}=NAME)")
     fix = f"choose a backend with the kind's canonical state (MIXBOARD_BACKEND={kind}=NAME)"
     if sum(_nbytes(s, d) for s, d in ours) != theirs:
         raise StartupError(f"mixboard-vllm: layer {layer}: backend {backend}'s state {[s for s, _ in ours]} differs "
@@ -88,6 +99,10 @@ def check_slot_state(layer: str, kind: str, backend: str, state_spec, shapes, dt
         raise StartupError(f"mixboard-vllm: layer {layer}: backend {backend} keeps {len(ours)} state tensors where "
                            f"vLLM's layer keeps {len(shapes)}, and with prefix caching vLLM copies states tensor by "
                            f"tensor, its own count; {fix}, or turn prefix caching off")
+
+
+def _names(dtypes) -> str:
+    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
 
 
 def _nbytes(shape, dtype) -> int:

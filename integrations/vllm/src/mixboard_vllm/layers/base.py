@@ -9,7 +9,7 @@ import torch
 
 from .. import compat
 from ..errors import StartupError
-from ..plan import process_plan
+from ..plan import process_plan, refused
 from ..state import PoolViews, check_slot_state, slot_pools
 
 
@@ -47,9 +47,15 @@ class MixboardLayer:
 
     def get_state_shape(self):
         bound = self._mb()
-        align = self._vllm_config.cache_config.mamba_cache_mode == "align"
-        check_slot_state(self.prefix, self.mixboard_kind, bound.backend, bound.state_spec,
-                         super().get_state_shape(), super().get_state_dtype(), align)
+        cache = self._vllm_config.cache_config
+        settings = (f"mamba_cache_dtype={cache.mamba_cache_dtype}, "
+                    f"mamba_ssm_cache_dtype={cache.mamba_ssm_cache_dtype}")
+        try:
+            check_slot_state(self.prefix, self.mixboard_kind, bound.backend, bound.state_spec,
+                             super().get_state_shape(), super().get_state_dtype(), cache.mamba_cache_mode == "align",
+                             settings)
+        except StartupError as exc:
+            raise refused(exc) from None  # its line of its own, as the plan's refusals
         return tuple(tuple(t.shape) for _, t in bound.state_spec.tensors)
 
     def get_state_dtype(self):
