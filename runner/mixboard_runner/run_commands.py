@@ -209,7 +209,6 @@ def parse_ids(text: str) -> list[int]:
 def cmd_run(args) -> int:
     from mixboard.errors import UsageError
 
-    from .engine import Engine
     from .sampling import SamplingParams
 
     if args.temperature == 0 and any(v is not None for v in (args.top_p, args.top_k, args.seed)):
@@ -218,7 +217,18 @@ def cmd_run(args) -> int:
                             top_p=args.top_p if args.top_p is not None else 1.0, seed=args.seed,
                             ignore_eos=args.ignore_eos)
     used_threads = threads.apply(args)
-    busy = threads.busy_line(args, "run", used_threads)  # said after a run that ended well
+    busy = threads.busy_line(args, "run", used_threads)  # taken before the run's own load
+    _generate(args, params, used_threads)
+    sys.stderr.write(busy or "")  # said after a run that ended well: a mistake or failure keeps its one line
+    return 0
+
+
+def _generate(args, params, used_threads: int) -> None:
+    """Load the model, generate, and print what ``mixboard run`` shows (text, streamed text, or JSON)."""
+    from mixboard.errors import UsageError
+
+    from .engine import Engine
+
     engine = Engine(args.model, device=args.device or "cpu", dtype=args.dtype, backend=rule_flags.forced(args),
                     prefer=rule_flags.preferred(args), lock=locking.given(args) or "",
                     backend_options=option_flags.given(args) or "",
@@ -238,8 +248,7 @@ def cmd_run(args) -> int:
         _print_streamed(tokens, len(prompts))
         engine.stats.wall_s = time.perf_counter() - started
         _print_stats(engine.stats.to_dict(), used_threads)
-        sys.stderr.write(busy or "")
-        return 0
+        return
     progress = None if args.json or not sys.stderr.isatty() else _Progress(len(prompts) * args.max_tokens)
     outputs = engine.generate(prompts, params, progress=progress)
     if progress:
@@ -252,15 +261,12 @@ def cmd_run(args) -> int:
                           "stats": {k: stats[k] for k in ("prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
                                                           "decode_tokens_per_s", "wall_s", "preemptions")}
                           | {"projections": products(engine.plan), "threads": used_threads}}, indent=2))
-        sys.stderr.write(busy or "")
-        return 0
+        return
     print_plan(engine.plan, verbose=False)
     for i, out in enumerate(outputs):
         shown = out.text if out.text is not None else ",".join(map(str, out.output_ids))
         print(f"\n[{i}] {len(out.prompt_ids)} prompt tokens -> {len(out.output_ids)} new ({out.finish_reason}):\n{shown!r}")
     _print_stats(stats, used_threads)
-    sys.stderr.write(busy or "")
-    return 0
 
 
 def _print_stats(stats: dict, count: int) -> None:

@@ -256,8 +256,9 @@ def cmd_tune(args) -> int:
         write_lock(output, data)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
-    if busy > threads.cores() * 0.5:  # said once done: a mistake found on the way keeps its one line
-        sys.stderr.write(f"mixboard tune: note: the machine was busy (load {busy:.1f} on {threads.cores()} cores): "
+    cores = threads.cores()
+    if busy > cores * 0.5:  # said once done: a mistake found on the way keeps its one line
+        sys.stderr.write(f"mixboard tune: note: the machine was busy (load {busy:.1f} on {cores} cores): "
                          f"the times are noisy; tune on a quiet machine for choices that hold\n")
     if args.json:
         print(json.dumps({"path": str(output), "fingerprint": plan.fingerprint, "shape": shape.to_dict(),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints import CONFIGS, make_checkpoint
+from checkpoints import CONFIGS
 from inprocess import assert_one_line_error, mixboard_here
 from mixboard_runner.models.config import MAX_LAYERS, MAX_SIZE, ConfigReader, ModelError
 
@@ -183,13 +183,6 @@ def test_config_that_is_not_a_json_object_is_one_line(tmp_path, capsys, text):
     (tmp_path / "config.json").write_bytes(text)
     status, err = mixboard_here(capsys, "explain", tmp_path)
     assert_one_line_error(status, err, "config.json")
-
-
-@pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("llama")
-    make_checkpoint("llama", directory)
-    return directory
 
 
 @pytest.mark.parametrize("content", ['{"model": {', '{"version": "1.0", "model": {"type": "Nonesuch"}}', ""])

@@ -11,7 +11,6 @@ import sys
 import pytest
 from safetensors.torch import load_file, save_file
 
-from checkpoints import make_checkpoint
 
 
 def mixboard(*args, env=None):
@@ -19,13 +18,6 @@ def mixboard(*args, env=None):
     environ.update(env or {})
     return subprocess.run([sys.executable, "-m", "mixboard_runner", *args], capture_output=True, text=True,
                           env=environ)
-
-
-@pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("llama")
-    make_checkpoint("llama", directory)
-    return directory
 
 
 def test_run_demo_by_default_json_contract():

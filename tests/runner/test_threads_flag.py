@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from checkpoints import make_checkpoint
 from mixboard_runner import threads as threads_module
 from mixboard_runner.threads import busy_note
 
@@ -66,14 +65,6 @@ def test_a_busy_machine_gets_a_note_naming_the_threads_to_try(threads, load, cor
     else:
         assert note.startswith(f"the machine is busy (load {load:.1f} on {cores} cores): with {threads} threads")
         assert note.endswith(want)
-
-
-
-@pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("llama")
-    make_checkpoint("llama", directory)
-    return directory
 
 
 def _main_on_a_busy_machine(monkeypatch, capsys, *args, default_threads=2):

@@ -24,13 +24,6 @@ Q = "model.layers.0.self_attn.q_proj.weight"
 UP = "model.layers.1.mlp.up_proj.weight"
 
 
-@pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("llama")
-    make_checkpoint("llama", directory)
-    return directory
-
-
 def copy_with(source, target, edit=None):
     """A copy of the checkpoint at ``target``, its tensors passed through ``edit(state)`` first."""
     shutil.copytree(source, target)
