@@ -15,3 +15,9 @@ def torch_dtype(name: str):
     import torch
 
     return getattr(torch, check_dtype(name))
+
+
+def dtype_name(dtype) -> str:
+    """The name a spec carries for a torch dtype (``torch.float32`` -> ``"float32"``), the
+    inverse of ``torch_dtype``; also how messages name a tensor's dtype."""
+    return str(dtype).removeprefix("torch.")

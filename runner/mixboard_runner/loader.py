@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 import torch
 from torch.nn import init
 
-from mixboard.dtypes import torch_dtype
+from mixboard.dtypes import dtype_name, torch_dtype
 
 from .models import ARCHITECTURES, demo
 from .models.config import ConfigReader, ModelError, show
@@ -204,7 +204,7 @@ def _assign(model: CausalLM, state: dict[str, torch.Tensor], dtype: torch.dtype,
     for name, param in expected.items():
         tensor = state[name]
         if not tensor.is_floating_point():  # a quantized or foreign checkpoint: converted, it would run as garbage
-            raise ModelError(f"tensor {name} has dtype {str(tensor.dtype).removeprefix('torch.')}, where a float "
+            raise ModelError(f"tensor {name} has dtype {dtype_name(tensor.dtype)}, where a float "
                              "weight belongs (mixboard does not convert integer or bool tensors)")
         if tuple(tensor.shape) != tuple(param.shape):
             raise ModelError(f"tensor {name} has shape {list(tensor.shape)}, the config implies {list(param.shape)}")
@@ -218,6 +218,6 @@ def _converted(name: str, tensor: torch.Tensor, dtype: torch.dtype, allow_nonfin
     narrower = out is not tensor and torch.finfo(tensor.dtype).max > torch.finfo(dtype).max
     count = count_nonfinite(out) if narrower and not allow_nonfinite else 0
     if count:
-        raise ModelError(f"tensor {name} has {count} value(s) beyond {str(dtype).removeprefix('torch.')}'s range "
+        raise ModelError(f"tensor {name} has {count} value(s) beyond {dtype_name(dtype)}'s range "
                          f"(largest {torch.finfo(dtype).max:g}): run it in a wider dtype")
     return out

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ...dtypes import torch_dtype
+from ...dtypes import dtype_name, torch_dtype
 from ...ops.checks import build_impl
 from .cases import STRIDED
 from .kinds import cast_weights, record_items
@@ -77,7 +77,7 @@ def execute_op(target: Target, case: OpCase, env, device: str, tol: float, worst
 def _bound(target: Target, case: OpCase, expected: torch.Tensor, tol: float) -> float:
     """The tolerance of the result's own dtype: ``tol`` (the case's) when it is the layer's, else the
     backend's bound for that dtype (a suite's tolerance override covers the layer's dtype only)."""
-    dtype = str(expected.dtype).removeprefix("torch.")
+    dtype = dtype_name(expected.dtype)
     if dtype == case.dtype or not expected.is_floating_point():
         return tol
     return tolerance_for(target.cls, dtype)

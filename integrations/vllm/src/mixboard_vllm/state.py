@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import torch
 
+from mixboard.dtypes import dtype_name
+
 from .errors import StartupError
 
 
@@ -102,7 +104,7 @@ def check_slot_state(layer: str, kind: str, backend: str, state_spec, shapes, dt
 
 
 def _names(dtypes) -> str:
-    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+    return ", ".join(map(dtype_name, dtypes))
 
 
 def _nbytes(shape, dtype) -> int:

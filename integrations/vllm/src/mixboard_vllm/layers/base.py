@@ -13,10 +13,6 @@ from ..plan import process_plan, refused
 from ..state import PoolViews, check_slot_state, slot_pools
 
 
-def torch_dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 class MixboardLayer:
     """Mixin placed before vLLM's layer class: vLLM's constructor, parameters, loaders and TP
     sharding stay; what lies between in_proj and out_proj runs on the planned backend."""

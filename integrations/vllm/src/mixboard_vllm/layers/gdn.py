@@ -10,9 +10,11 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
 
+from mixboard.dtypes import dtype_name
+
 from .. import compat, ops
 from ..errors import StartupError
-from .base import MixboardLayer, torch_dtype_name
+from .base import MixboardLayer
 
 KIND = "gated_delta_net"
 
@@ -48,11 +50,11 @@ class MixboardGatedDeltaNet(MixboardLayer, QwenGatedDeltaNetAttention):
         spec_class, _ = _kind_classes()
         tp = self.tp_size
         # the dtypes vLLM sized its pages for: a bfloat16 model keeps its recurrent state in float32
-        conv_dtype, ssm_dtype = map(torch_dtype_name, QwenGatedDeltaNetAttention.get_state_dtype(self))
+        conv_dtype, ssm_dtype = map(dtype_name, QwenGatedDeltaNetAttention.get_state_dtype(self))
         return spec_class(num_k_heads=self.num_k_heads // tp, num_v_heads=self.num_v_heads // tp,
                           head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, d_conv=self.conv_kernel_size,
                           conv_bias=self.conv1d.bias is not None, gated_norm=False, state_dtype=ssm_dtype,
-                          conv_state_dtype=conv_dtype, dtype=torch_dtype_name(self.model_config.dtype))
+                          conv_state_dtype=conv_dtype, dtype=dtype_name(self.model_config.dtype))
 
     def _mixboard_weights(self):
         if self._weights is None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.mamba.mamba_mixer import MambaMixer
 
+from mixboard.dtypes import dtype_name
+
 from .. import compat, ops
-from .base import MixboardLayer, torch_dtype_name
+from .base import MixboardLayer
 
 
 class MixboardMambaMixer(MixboardLayer, MambaMixer):
@@ -30,7 +32,7 @@ class MixboardMambaMixer(MixboardLayer, MambaMixer):
 
         return Mamba1Spec(d_inner=self.intermediate_size, d_state=self.ssm_state_size, d_conv=self.conv_kernel_size,
                           dt_rank=self.time_step_rank, conv_bias=self.conv1d.bias is not None,
-                          dtype=torch_dtype_name(self.model_config.dtype), **self._norm_fields())
+                          dtype=dtype_name(self.model_config.dtype), **self._norm_fields())
 
     def _norm_fields(self):
         """Jamba's dt/B/C RMSNorms, which the kind applies (dt_bc_norms): their epsilon."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 
+from mixboard.dtypes import dtype_name
+
 from .. import compat, ops
-from .base import MixboardLayer, torch_dtype_name
+from .base import MixboardLayer
 
 
 class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
@@ -32,7 +34,7 @@ class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
                           d_state=self.ssm_state_size, n_groups=self.n_groups // self.tp_size,
                           d_conv=self.conv_kernel_size, chunk_size=compat.mamba_chunk_size(mc),
                           conv_bias=self.conv1d.bias is not None, norm_eps=float(self.norm.variance_epsilon),
-                          gated_norm=not self._norm_outside, dtype=torch_dtype_name(mc.dtype))
+                          gated_norm=not self._norm_outside, dtype=dtype_name(mc.dtype))
 
     def get_kv_cache_spec(self, vllm_config):
         return compat.base_mamba_kv_cache_spec(self, vllm_config)

@@ -17,6 +17,8 @@ import torch
 from vllm.model_executor.layers.fused_moe.fused_moe_method_base import FusedMoEMethodBase
 from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 
+from mixboard.dtypes import dtype_name
+
 from .. import compat
 from ..errors import StartupError
 from . import moe_op
@@ -89,7 +91,7 @@ class MixboardRoutedExperts(RoutedExperts):
                        # 1.0 where the model scales the output instead (vLLM's runner does that)
                        routed_scaling=float(self.routed_scaling_factor),
                        selection_bias=self.e_score_correction_bias is not None, logits_input=True,
-                       dtype=str(self.params_dtype).removeprefix("torch."))
+                       dtype=dtype_name(self.params_dtype))
 
     def mixboard_forward(self, x: torch.Tensor, logits: torch.Tensor, out: torch.Tensor) -> None:
         """Run by ``torch.ops.mixboard_vllm.moe`` outside any traced graph. Every row vLLM ran

@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.mamba.short_conv import ShortConv
 
+from mixboard.dtypes import dtype_name
+
 from .. import compat, ops
-from .base import MixboardLayer, torch_dtype_name
+from .base import MixboardLayer
 
 
 class MixboardShortConv(MixboardLayer, ShortConv):
@@ -22,7 +24,7 @@ class MixboardShortConv(MixboardLayer, ShortConv):
 
         # channel-wise: each rank holds conv_dim / tp channels
         return ShortConvSpec(hidden_size=self.conv_dim // compat.tp_size(self._vllm_config), conv_width=self.L_cache,
-                             conv_bias=bool(self.bias), dtype=torch_dtype_name(self.model_config.dtype))
+                             conv_bias=bool(self.bias), dtype=dtype_name(self.model_config.dtype))
 
     def _mixboard_weights(self):
         if self._weights is None:
