@@ -27,6 +27,24 @@ def settings(speculative=None, v2=False, **cache):
     return SimpleNamespace(speculative_config=speculative, use_v2_model_runner=v2, cache_config=CacheConfig(**cache))
 
 
+def test_the_v2_refusal_names_what_forces_v2(monkeypatch):
+    # vLLM 0.32 runs watermarking and HiSparse on V2 whatever VLLM_USE_V2_MODEL_RUNNER says, so
+    # the variable is no fix there; first the fact, read through vLLM's own property
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    no_hisparse = SimpleNamespace(hisparse_config=None)
+    forced = SimpleNamespace(attention_config=no_hisparse, watermark_config=object())
+    assert VllmConfig.__dict__["use_v2_model_runner"].fget(forced) is True
+    plan = get_registry().plan([ATTN])
+    cases = [(dict(watermark_config=object(), attention_config=no_hisparse),
+              r"watermarking \(--watermark-config\) runs on V2 only, whatever VLLM_USE_V2_MODEL_RUNNER says: drop it, "),
+             (dict(attention_config=SimpleNamespace(hisparse_config=object())),
+              r"HiSparse attention \(hisparse_config in --attention-config\) runs on V2 only: drop it, ")]
+    for extra, fix in cases:
+        with pytest.raises(StartupError, match=r"^mixboard-vllm: vLLM's model runner V2 is not supported: .*; " + fix +
+                           r"or set MIXBOARD_VLLM=0 to let vLLM run this model$"):
+            check_settings(SimpleNamespace(**vars(settings(v2=True)), **extra), plan)
+
+
 def test_partial_prefix_hits_are_refused_on_hybrids_only():
     hybrid = get_registry().plan([ATTN, MAMBA2])
     llama = get_registry().plan([ATTN])

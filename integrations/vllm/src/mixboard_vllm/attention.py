@@ -16,6 +16,8 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
+from mixboard.dtypes import dtype_name
+
 from . import compat, state
 from .batch import StepMeta, build_step, to_common
 from .builder import GroupsBuilder
@@ -93,12 +95,16 @@ def attention_spec(name: str, layer):
     from mixboard import AttentionSpec
 
     impl = layer.impl
-    if impl.unsupported:
-        raise StartupError(f"mixboard-vllm: layer {name} uses {', '.join(impl.unsupported)}, which mixboard's "
+    unsupported = list(impl.unsupported)
+    head_size_v = getattr(layer, "head_size_v", impl.head_size)
+    if head_size_v != impl.head_size:  # vLLM's output and value views are head_size_v wide
+        unsupported.append(f"value heads of {head_size_v} beside key heads of {impl.head_size}")
+    if unsupported:
+        raise StartupError(f"mixboard-vllm: layer {name} uses {', '.join(unsupported)}, which mixboard's "
                            "attention kind does not describe; set MIXBOARD_VLLM=0 to let vLLM run this model")
     return AttentionSpec(num_heads=impl.num_heads, num_kv_heads=impl.num_kv_heads, head_size=impl.head_size,
                          scale=impl.scale, causal=True, sliding_window=impl.sliding_window,
-                         logits_soft_cap=impl.logits_soft_cap or None, dtype=str(layer.dtype).removeprefix("torch."))
+                         logits_soft_cap=impl.logits_soft_cap or None, dtype=dtype_name(layer.dtype))
 
 
 class MixboardAttentionImpl(AttentionImpl):

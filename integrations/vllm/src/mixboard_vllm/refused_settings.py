@@ -27,8 +27,8 @@ def check_settings(vllm_config, plan) -> None:
 
     if getattr(vllm_config, "use_v2_model_runner", False):
         raise StartupError("mixboard-vllm: vLLM's model runner V2 is not supported: it does not order a batch "
-                           "decodes-first, as mixboard's layers take it; set VLLM_USE_V2_MODEL_RUNNER=0 (the V1 "
-                           "runner), or MIXBOARD_VLLM=0 to let vLLM run this model")
+                           f"decodes-first, as mixboard's layers take it; {_v1_fix(vllm_config)}, or set "
+                           "MIXBOARD_VLLM=0 to let vLLM run this model")
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is not None:
         method = getattr(spec, "method", None) or "a draft model"
@@ -48,3 +48,14 @@ def check_settings(vllm_config, plan) -> None:
                            f"state blocks ({why}): vLLM would hand a hit the state saved at the end of its block, as "
                            f"mixboard's layers save none in between; set --prefix-match-unit {state_block}, or turn "
                            f"prefix caching off")
+
+
+def _v1_fix(vllm_config) -> str:
+    """How to get the V1 runner back: vLLM 0.32 forces V2 for two features whatever
+    VLLM_USE_V2_MODEL_RUNNER says (config/vllm.py, ``use_v2_model_runner``)."""
+    if getattr(vllm_config, "watermark_config", None) is not None:
+        return "watermarking (--watermark-config) runs on V2 only, whatever VLLM_USE_V2_MODEL_RUNNER says: drop it"
+    attention = getattr(vllm_config, "attention_config", None)
+    if getattr(attention, "hisparse_config", None) is not None:
+        return "HiSparse attention (hisparse_config in --attention-config) runs on V2 only: drop it"
+    return "set VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner)"
