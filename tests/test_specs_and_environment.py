@@ -7,6 +7,7 @@ import pytest
 from mixboard import AttentionSpec, Mamba1Spec, Mamba2Spec, ShortConvSpec, UsageError, simulate
 from mixboard.environment import parse_capability, resolve
 from mixboard.kinds import BUILTIN_KINDS
+from mixboard.kinds.mamba2 import mamba2_state
 
 
 def test_specs_are_frozen_hashable_and_defaulted():
@@ -36,7 +37,22 @@ def test_mamba2_gated_norm_parses_from_text_and_without_it_norm_eps_means_nothin
     assert spec != Mamba2Spec(gated_norm=False) and spec.canonical() == Mamba2Spec(gated_norm=False).canonical()
     assert spec.canonical()["norm_eps"] is None and spec.to_dict()["norm_eps"] == 1e-6
     assert Mamba2Spec(norm_eps=1e-6).canonical() != Mamba2Spec().canonical()
-    assert Mamba2Spec().canonical() == Mamba2Spec().to_dict()
+    assert Mamba2Spec().canonical() == {**Mamba2Spec().to_dict(), "state_dtype": "float32", "conv_state_dtype": "float32"}
+
+
+def test_mamba2_state_dtypes_follow_from_each_other():
+    # conv_state_dtype None: the SSM state's; state_dtype None: the layer's. A lock compares them filled in
+    bf16 = dict(dtype="bfloat16")
+    assert Mamba2Spec(**bf16).canonical() == Mamba2Spec(**bf16, state_dtype="bfloat16",
+                                                        conv_state_dtype="bfloat16").canonical()
+    assert Mamba2Spec(**bf16, state_dtype="float32").canonical() == Mamba2Spec(
+        **bf16, state_dtype="float32", conv_state_dtype="float32").canonical()
+    vllm_cpu = Mamba2Spec(**bf16, state_dtype="float32", conv_state_dtype="bfloat16")
+    assert vllm_cpu.canonical() != Mamba2Spec(**bf16, state_dtype="float32").canonical()
+    assert [(name, t.dtype) for name, t in mamba2_state(vllm_cpu).tensors] == [("conv", "bfloat16"), ("ssm", "float32")]
+    with pytest.raises(ValueError, match="conv_state_dtype must be one of float32, bfloat16, float16, float64 or none, "
+                                         "not 'int8'"):
+        Mamba2Spec(conv_state_dtype="int8")
 
 
 @pytest.mark.parametrize("cls, values, message", [

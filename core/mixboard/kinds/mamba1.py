@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..dtypes import DTYPES
 from ..state import StateSpec
 from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
@@ -30,6 +31,9 @@ class Mamba1Spec(MixerSpec):
     """d_inner: channels after in_proj (default 1536). d_state: 16.
     d_conv: conv width (4). dt_rank: 48. conv_bias: True.
     state_dtype: dtype of the SSM and conv states; None means dtype.
+    conv_state_dtype: the conv state's alone, where it differs from the SSM
+    state's (None means state_dtype or dtype; vLLM on CPU keeps a bfloat16
+    layer's conv state in bfloat16, its SSM state in float32).
     dt_bc_norms: RMS-normalize dt (before dt_proj), B and C after x_proj's
     split, each over its own width with its own weight (Jamba); norm_eps is
     their epsilon (meaningless, and canonical at its default, without them)."""
@@ -40,6 +44,7 @@ class Mamba1Spec(MixerSpec):
     dt_rank: int = 48
     conv_bias: bool = True
     state_dtype: str | None = None
+    conv_state_dtype: str | None = None
     dt_bc_norms: bool = False
     norm_eps: float = 1e-6
 
@@ -47,11 +52,16 @@ class Mamba1Spec(MixerSpec):
         require(min(self.d_inner, self.d_state, self.dt_rank) > 0, "d_inner, d_state and dt_rank must be positive")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
         require(self.norm_eps > 0, "norm_eps must be positive")
+        for name in ("state_dtype", "conv_state_dtype"):
+            value = getattr(self, name)
+            require(value is None or value in DTYPES, f"{name} must be one of {', '.join(DTYPES)} or none, not {value!r}")
 
     def canonical(self) -> dict[str, Any]:
         out = self.to_dict()
         if not self.dt_bc_norms:
             out["norm_eps"] = 1e-6  # unused without the norms: specs that differ only there mean the same
+        out["state_dtype"] = self.state_dtype or self.dtype  # the state dtypes as they follow from each other
+        out["conv_state_dtype"] = self.conv_state_dtype or out["state_dtype"]
         return out
 
 
@@ -90,12 +100,13 @@ class Mamba1Impl(MixerImpl):
         dt_proj_weight [DI, R], dt_proj_bias [DI], A [DI, N] (already
         -exp(A_log): negative), D [DI]; with ``dt_bc_norms``
         dt_norm_weight [R], b_norm_weight [N], c_norm_weight [N], else None.
-    state (canonical, 'slots', in ``state_dtype or dtype``):
-        ``conv`` [num_slots, DI, W - 1]: the sequence's last W - 1 conv
-        inputs (raw x, before the conv), oldest first: column -1 is the
-        newest; a sequence that has seen fewer keeps zeros in the oldest.
-        ``ssm`` [num_slots, DI, N]: the scan state h after the sequence's
-        last token. In both pools each slot's record is contiguous; slots
+    state (canonical, 'slots'):
+        ``conv`` [num_slots, DI, W - 1], in ``conv_state_dtype or
+        state_dtype or dtype``: the sequence's last W - 1 conv inputs (raw
+        x, before the conv), oldest first: column -1 is the newest; a
+        sequence that has seen fewer keeps zeros in the oldest.
+        ``ssm`` [num_slots, DI, N], in ``state_dtype or dtype``: the scan
+        state h after the sequence's last token. In both pools each slot's record is contiguous; slots
         are ``stride(0)`` apart, which may exceed a record.
     meta: the builder's output for the step.
     Returns: y [T, DI], before ``out_proj``.
@@ -126,7 +137,8 @@ class Mamba1Impl(MixerImpl):
 
 def mamba1_state(spec: Mamba1Spec) -> StateSpec:
     dtype = spec.state_dtype or spec.dtype
-    return StateSpec.slots(conv=((spec.d_inner, spec.d_conv - 1), dtype), ssm=((spec.d_inner, spec.d_state), dtype))
+    return StateSpec.slots(conv=((spec.d_inner, spec.d_conv - 1), spec.conv_state_dtype or dtype),
+                           ssm=((spec.d_inner, spec.d_state), dtype))
 
 
 MAMBA1 = Kind(

@@ -20,6 +20,7 @@ import math
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..dtypes import DTYPES
 from ..state import StateSpec
 from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
@@ -33,8 +34,11 @@ class Mamba2Spec(MixerSpec):
     d_state: 128. n_groups: 1 (B and C are shared by num_heads / n_groups
     heads). d_conv: 4. chunk_size: 256 (the SSD chunk; a hint, results do
     not depend on it). conv_bias: True. norm_eps: 1e-5. dt_min, dt_max: the
-    clamp on dt after softplus (0, inf). state_dtype: None means dtype.
-    gated_norm: True: the backend applies the gate and the RMSNorm
+    clamp on dt after softplus (0, inf). state_dtype: the states' dtype
+    (None means dtype). conv_state_dtype: the conv state's alone, where it
+    differs from the SSM state's (None means state_dtype or dtype; vLLM on
+    CPU keeps a bfloat16 layer's conv state in bfloat16, its SSM state in
+    float32). gated_norm: True: the backend applies the gate and the RMSNorm
     (``y * silu(z)``, then the norm) and returns their output. False: it
     returns y = S @ C + D * x, before both; z still arrives and is ignored,
     ``weights.norm_weight`` may be None and is not read, and norm_eps means
@@ -52,6 +56,7 @@ class Mamba2Spec(MixerSpec):
     dt_min: float = 0.0
     dt_max: float = math.inf
     state_dtype: str | None = None
+    conv_state_dtype: str | None = None
     gated_norm: bool = True
 
     def validate(self) -> None:
@@ -61,12 +66,18 @@ class Mamba2Spec(MixerSpec):
                 f"num_heads ({self.num_heads}) must be a multiple of n_groups ({self.n_groups})")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
         require(0.0 <= self.dt_min <= self.dt_max, "need 0 <= dt_min <= dt_max")
+        for name in ("state_dtype", "conv_state_dtype"):
+            value = getattr(self, name)
+            require(value is None or value in DTYPES, f"{name} must be one of {', '.join(DTYPES)} or none, not {value!r}")
 
     def canonical(self) -> dict[str, Any]:
-        """Without the gated norm, norm_eps means nothing: every value of it is one spec (None)."""
+        """Without the gated norm, norm_eps means nothing: every value of it is one spec (None); the
+        state dtypes as they follow from each other."""
         values = self.to_dict()
         if not self.gated_norm:
             values["norm_eps"] = None
+        values["state_dtype"] = self.state_dtype or self.dtype
+        values["conv_state_dtype"] = self.conv_state_dtype or values["state_dtype"]
         return values
 
     @property
@@ -111,11 +122,13 @@ class Mamba2Impl(MixerImpl):
         [CD, W], conv_bias [CD] or None, dt_bias [H], A [H] (already
         -exp(A_log): negative), D [H], norm_weight [DI] (with
         ``gated_norm=False`` it may be None, and must not be read).
-    state (canonical, 'slots', in ``state_dtype or dtype``):
-        ``conv`` [num_slots, CD, W - 1]: the sequence's last W - 1 conv
-        inputs (raw xBC, before the conv), oldest first: column -1 is the
-        newest; a sequence that has seen fewer keeps zeros in the oldest.
-        ``ssm`` [num_slots, H, P, N]: the state S after the last token.
+    state (canonical, 'slots'):
+        ``conv`` [num_slots, CD, W - 1], in ``conv_state_dtype or
+        state_dtype or dtype``: the sequence's last W - 1 conv inputs (raw
+        xBC, before the conv), oldest first: column -1 is the newest; a
+        sequence that has seen fewer keeps zeros in the oldest.
+        ``ssm`` [num_slots, H, P, N], in ``state_dtype or dtype``: the
+        state S after the last token.
         In both pools each slot's record is contiguous; slots are
         ``stride(0)`` apart, which may exceed a record.
     meta: the builder's output for the step.
@@ -155,7 +168,7 @@ class Mamba2Impl(MixerImpl):
 def mamba2_state(spec: Mamba2Spec) -> StateSpec:
     dtype = spec.state_dtype or spec.dtype
     return StateSpec.slots(
-        conv=((spec.conv_dim, spec.d_conv - 1), dtype),
+        conv=((spec.conv_dim, spec.d_conv - 1), spec.conv_state_dtype or dtype),
         ssm=((spec.num_heads, spec.head_dim, spec.d_state), dtype),
     )
 

@@ -12,6 +12,7 @@ import os
 import pytest
 import torch
 
+from decided import decided_prompts, round_to_bf16
 from harness import ok, run
 from hf_ids import hf_ids
 
@@ -44,8 +45,8 @@ def write_qwen3_next(path: str, bf16_weights: bool = False, **config) -> None:
                 p.uniform_(0.5, 1.5)
             if name.endswith("gate.weight") and p.dim() == 2:  # the routers and the shared expert's gate
                 p.normal_(0, 0.5)
-            if bf16_weights:
-                p.copy_(p.bfloat16().float())
+    if bf16_weights:
+        round_to_bf16(model)
     model.save_pretrained(path)
 
 
@@ -95,34 +96,11 @@ def write_qwen3_next_bf16(path: str) -> None:
                      num_experts_per_tok=4)
 
 
-def decided_prompts(path: str) -> list:
-    """[prompt, NEW_TOKENS] pairs whose float32 greedy top-1 margin is at least MARGIN at every step,
-    with transformers' ids: up to three random prompts of each length, 9 (whole prefills), 30 (two
-    share a 48-token step, decodes beside them) and 57 (chunked: over the step's token budget)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    gen = torch.Generator().manual_seed(1)
-    chosen = []
-    with torch.inference_mode():
-        for length in (9, 30, 57):
-            seqs, margins = torch.randint(0, 16, (256, length), generator=gen), []
-            for _ in range(NEW_TOKENS):  # a batch of same-length prompts, no cache: plain argmax steps
-                logits = model(seqs, use_cache=False).logits[:, -1]
-                top = logits.topk(2, dim=-1).values
-                margins.append(top[:, 0] - top[:, 1])
-                seqs = torch.cat([seqs, logits.argmax(-1, keepdim=True)], dim=1)
-            sure = (torch.stack(margins, 1).min(1).values >= MARGIN).nonzero().flatten()[:3]
-            assert len(sure) >= 2, f"only {len(sure)} prompts of {length} tokens have margins over {MARGIN}"
-            chosen += [(seqs[i, :length].tolist(), seqs[i, length:].tolist()) for i in sure]
-    return chosen
-
-
 @pytest.fixture(scope="module")
 def qwen3_next_bf16(workdir):
     path = os.path.join(workdir, "qwen3_next_bf16")
     write_qwen3_next_bf16(path)
-    return path, decided_prompts(path)
+    return path, decided_prompts(path, vocab=16, new_tokens=NEW_TOKENS, margin=MARGIN)
 
 
 def test_qwen3_next_bf16_with_mixboard_equals_vllm_alone(qwen3_next_bf16, workdir):

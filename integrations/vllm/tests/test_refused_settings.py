@@ -125,7 +125,8 @@ def test_engines_refuse_them_at_start_up(workdir, checkpoint):
                                     "prompt_lookup_min": 1}})
     assert r.rc != 0 and "start-up refused: mixboard-vllm: speculative decoding (ngram) is not supported" in r.log, \
         r.log[-3000:]
-    r = run(workdir, "granite_hybrid_ssm_fp16", checkpoint("granite_hybrid"), {}, {"mamba_ssm_cache_dtype": "float16"})
-    assert r.rc != 0 and ("start-up refused: mixboard-vllm: layer model.layers.0.mixer: vLLM keeps this layer's state "
-                          "in (float32, float16) (mamba_cache_dtype=auto, mamba_ssm_cache_dtype=float16)") in r.log, \
+    # mamba2's spec takes vLLM's state dtypes (test_bfloat16.py); short_conv's keeps the layer's
+    r = run(workdir, "lfm2_conv_fp16", checkpoint("lfm2"), {}, {"mamba_cache_dtype": "float16"})
+    assert r.rc != 0 and ("start-up refused: mixboard-vllm: layer model.layers.0.short_conv: vLLM keeps this layer's "
+                          "state in (float16) (mamba_cache_dtype=float16, ") in r.log, \
         r.log[-3000:]

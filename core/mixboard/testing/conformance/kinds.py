@@ -215,6 +215,8 @@ MAMBA1 = KindAdapter(
         ("dt_rank1", dict(d_inner=24, dt_rank=1)),
         ("d_inner12", dict(d_inner=12)),
         ("state_float32", dict(state_dtype="float32")),
+        # vLLM's layout on CPU for a bfloat16 layer: the conv state in bfloat16, the SSM state in float32
+        ("conv_bfloat16_ssm_float32", dict(state_dtype="float32", conv_state_dtype="bfloat16")),
         ("d_inner1536", dict(d_inner=1536, d_state=16, dt_rank=48)),  # mamba-130m
         ("d_inner200", dict(d_inner=200, d_state=16, dt_rank=13)),  # channel blocks of 64 and a part
         ("dt_bc_norms", dict(d_inner=32, d_state=8, dt_rank=4, dt_bc_norms=True, norm_eps=1e-5)),  # Jamba
@@ -241,6 +243,8 @@ MAMBA2 = KindAdapter(
         ("no_conv_bias", dict(conv_bias=False)),
         ("dt_limits", dict(dt_min=0.1, dt_max=0.3)),
         ("state_float32", dict(state_dtype="float32")),
+        # vLLM's layout on CPU for a bfloat16 layer: the conv state in bfloat16, the SSM state in float32
+        ("conv_bfloat16_ssm_float32", dict(state_dtype="float32", conv_state_dtype="bfloat16")),
         ("head_dim64_d_state128", dict(head_dim=64, d_state=128, n_groups=1, chunk_size=256)),
         ("n_groups8", dict(num_heads=16, head_dim=64, d_state=128, n_groups=8, chunk_size=256)),
     ),

@@ -31,6 +31,9 @@ class Mamba1Cuda(Backend):
             reasons.append(f"mamba-ssm's selective scan supports d_state up to 256; the layer's d_state is {spec.d_state}")
         if spec.dt_bc_norms:
             reasons.append("the impl does not apply RMS norms to dt, B and C (the layer has dt_bc_norms, as Jamba's)")
+        if spec.conv_state_dtype not in (None, spec.dtype):
+            reasons.append(f"causal-conv1d keeps the conv state in the layer's dtype ({spec.dtype}); the layer asks "
+                           f"for conv_state_dtype {spec.conv_state_dtype}")
         for dist, minimum in MIN_VERSIONS.items():
             installed = _installed(dist)
             if installed is not None and too_old(installed, minimum):

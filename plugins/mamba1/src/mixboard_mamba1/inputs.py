@@ -20,8 +20,8 @@ class InputChecks:
         self.spec = spec
         self.dtype = torch_dtype(spec.dtype)
         self.state_dtype = torch_dtype(spec.state_dtype or spec.dtype)
-        # the conv pool's dtype where a backend keeps it apart from spec.state_dtype
-        self.conv_dtype = torch_dtype(conv_dtype) if conv_dtype else self.state_dtype
+        # the conv pool's dtype: the spec's, or a backend's own where it keeps the pool apart
+        self.conv_dtype = torch_dtype(conv_dtype or spec.conv_state_dtype or spec.state_dtype or spec.dtype)
         self._checked: tuple[object, torch.device] | None = None
 
     def __call__(self, layer: str, x, z, weights, state, meta: SlotStep) -> None:

@@ -43,8 +43,10 @@ class Mamba2Cpu(Backend):
         reasons = []
         if problem := kernel_unusable():
             reasons.append(f"its compiled kernel {problem} ({INSTALL_HINT})")
-        if spec.state_dtype not in (None, "float32"):
-            reasons.append(f"the kernel keeps the state in float32; the layer asks for state_dtype {spec.state_dtype}")
+        for field in ("state_dtype", "conv_state_dtype"):
+            if getattr(spec, field) not in (None, "float32"):
+                reasons.append(f"the kernels keep the states in float32; the layer asks for {field} "
+                               f"{getattr(spec, field)}")
         return reasons
 
     @classmethod

@@ -21,6 +21,7 @@ class InputChecks:
         self.spec = spec
         self.dtype = torch_dtype(spec.dtype)
         self.state_dtype = torch_dtype(spec.state_dtype or spec.dtype)
+        self.conv_state_dtype = torch_dtype(spec.conv_state_dtype or spec.state_dtype or spec.dtype)
         self._checked: tuple[Any, torch.device] | None = None
 
     def __call__(self, layer: str, z: Any, xBC: Any, dt: Any, weights: Any, state: Mapping[str, Any],
@@ -37,7 +38,7 @@ class InputChecks:
             self._checked = (weights, device)
         expect_state(layer, state, ("conv", "ssm"))
         conv, ssm = state["conv"], state["ssm"]
-        expect(layer, "state['conv']", conv, (None, spec.conv_dim, W - 1), self.state_dtype, device)
+        expect(layer, "state['conv']", conv, (None, spec.conv_dim, W - 1), self.conv_state_dtype, device)
         expect(layer, "state['ssm']", ssm, (None, H, P, N), self.state_dtype, device)
         expect_pool(layer, "state['conv']", conv)  # slots may sit in larger pages: records apart
         expect_pool(layer, "state['ssm']", ssm)

@@ -7,10 +7,23 @@ from typing import Any, ClassVar
 
 import torch
 
+from mixboard.dtypes import dtype_name
+
 from .. import compat
 from ..errors import StartupError
 from ..plan import process_plan, refused
 from ..state import PoolViews, check_slot_state, slot_pools
+
+
+def state_dtype_fields(layer_dtype: str, vllm_dtypes) -> dict:
+    """The spec fields (``state_dtype``, ``conv_state_dtype``) of a Mamba layer whose states vLLM
+    keeps in ``vllm_dtypes`` (its layer's ``get_state_dtype()``: conv, SSM): set from
+    --mamba-cache-dtype, --mamba-ssm-cache-dtype, or vLLM's CPU platform, which keeps the SSM
+    state in float32. Named only where they differ from what they default to, so that the spec,
+    and the plan's fingerprint, are the runner's otherwise."""
+    conv, ssm = map(dtype_name, vllm_dtypes[:2])
+    state_dtype = None if ssm == layer_dtype else ssm
+    return dict(state_dtype=state_dtype, conv_state_dtype=None if conv == (state_dtype or layer_dtype) else conv)
 
 
 class MixboardLayer:

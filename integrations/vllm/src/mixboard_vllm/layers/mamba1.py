@@ -9,7 +9,7 @@ from vllm.model_executor.layers.mamba.mamba_mixer import MambaMixer
 from mixboard.dtypes import dtype_name
 
 from .. import compat, ops
-from .base import MixboardLayer
+from .base import MixboardLayer, state_dtype_fields
 
 
 class MixboardMambaMixer(MixboardLayer, MambaMixer):
@@ -30,9 +30,10 @@ class MixboardMambaMixer(MixboardLayer, MambaMixer):
     def _spec(self):
         from mixboard import Mamba1Spec
 
+        dtype = dtype_name(self.model_config.dtype)
         return Mamba1Spec(d_inner=self.intermediate_size, d_state=self.ssm_state_size, d_conv=self.conv_kernel_size,
-                          dt_rank=self.time_step_rank, conv_bias=self.conv1d.bias is not None,
-                          dtype=dtype_name(self.model_config.dtype), **self._norm_fields())
+                          dt_rank=self.time_step_rank, conv_bias=self.conv1d.bias is not None, dtype=dtype,
+                          **state_dtype_fields(dtype, MambaMixer.get_state_dtype(self)), **self._norm_fields())
 
     def _norm_fields(self):
         """Jamba's dt/B/C RMSNorms, which the kind applies (dt_bc_norms): their epsilon."""

@@ -8,7 +8,7 @@ from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 from mixboard.dtypes import dtype_name
 
 from .. import compat, ops
-from .base import MixboardLayer
+from .base import MixboardLayer, state_dtype_fields
 
 
 class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
@@ -30,11 +30,13 @@ class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
         from mixboard import Mamba2Spec
 
         mc = self.model_config
+        dtype = dtype_name(mc.dtype)
         return Mamba2Spec(num_heads=self.num_heads // self.tp_size, head_dim=self.head_dim,
                           d_state=self.ssm_state_size, n_groups=self.n_groups // self.tp_size,
                           d_conv=self.conv_kernel_size, chunk_size=compat.mamba_chunk_size(mc),
                           conv_bias=self.conv1d.bias is not None, norm_eps=float(self.norm.variance_epsilon),
-                          gated_norm=not self._norm_outside, dtype=dtype_name(mc.dtype))
+                          gated_norm=not self._norm_outside, dtype=dtype,
+                          **state_dtype_fields(dtype, MambaMixer2.get_state_dtype(self)))
 
     def get_kv_cache_spec(self, vllm_config):
         return compat.base_mamba_kv_cache_spec(self, vllm_config)

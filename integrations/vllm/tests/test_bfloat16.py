@@ -1,0 +1,52 @@
+"""vLLM's default (compiled) mode in bfloat16, the dtype models are served in, on llama and the
+hybrid (Mamba2 + attention): mixboard's greedy ids equal vLLM alone's, on prompts whose ids
+bfloat16 rounding cannot decide (decided.py), in steps that mix decodes with fresh and chunked
+prefills. vLLM alone must give the float32 ids there, or the comparison is not well posed."""
+
+import os
+
+import pytest
+import torch
+
+from decided import decided_prompts, round_to_bf16
+from harness import ok, run
+
+BF16 = {"enforce_eager": False, "dtype": "bfloat16"}
+# transformers in bfloat16 against float32, same weights, moved these checkpoints' logits by at most
+# 0.06 (llama) and 0.13 (the hybrid: its Mamba2 scan in bfloat16) over 64 prompts of 40 tokens; a
+# top-1/top-2 margin moves by at most twice that
+MARGIN = 0.4
+NEW_TOKENS = 4
+
+
+@pytest.fixture(scope="module")
+def bf16_checkpoint(workdir, checkpoint):
+    """name -> (checkpoint with weights rounded to bfloat16, [(prompt, float32 ids)])."""
+    from transformers import AutoModelForCausalLM
+
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            path = os.path.join(workdir, f"{name}_bf16")
+            model = AutoModelForCausalLM.from_pretrained(checkpoint(name), dtype=torch.float32)
+            round_to_bf16(model)
+            model.save_pretrained(path)
+            made[name] = path, decided_prompts(path, vocab=256, new_tokens=NEW_TOKENS, margin=MARGIN,
+                                               candidates=1024)
+        return made[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", ["llama", "granite_hybrid"])
+def test_bf16_compiled_ids_equal_vllm_alones(bf16_checkpoint, workdir, name):
+    path, chosen = bf16_checkpoint(name)
+    prompts = [[p, NEW_TOKENS] for p, _ in chosen]
+    theirs = ok(run(workdir, f"{name}_bf16_alone", path, {"MIXBOARD_VLLM": "0"}, BF16, prompts=prompts))
+    assert "mixboard-vllm plan" not in theirs.log
+    assert theirs.ids == [ids for _, ids in chosen], "vLLM alone parts from float32: MARGIN is too small here"
+    ours = ok(run(workdir, f"{name}_bf16", path, extra=BF16, prompts=prompts))
+    assert "DYNAMO_TRACE_ONCE" in ours.log, "vLLM did not compile the model"
+    assert ours.mixed_steps()
+    assert ours.ids == theirs.ids
