@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mixboard import AttentionSpec
+from mixboard.dtypes import dtype_name
 from mixboard.ops.checks import BackendInputError
 from mixboard.ops.paged import _check_one_by_one, check_paged_inputs
 
@@ -100,7 +101,7 @@ def test_inputs_that_fit_pass_on_the_quick_comparison_alone(monkeypatch, layout,
 
     monkeypatch.setattr(paged, "_check_one_by_one", one_by_one)
     s = step(layout)
-    spec = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=8, dtype=str(dtype).removeprefix("torch."))
+    spec = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=8, dtype=dtype_name(dtype))
     q, k, v = (s[name].to(dtype) for name in ("q", "k", "v"))
     state = {name: pool.to(dtype) for name, pool in s["state"].items()}
     assert check_paged_inputs("layer0", spec, q, k, v, state, T, BS, s["range"]) == (state["k_cache"],

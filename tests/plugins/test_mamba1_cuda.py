@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 import transformers.models.mamba.modeling_mamba  # noqa: E402,F401
 
 from mixboard import CommonBatchMetadata, Mamba1Spec, Mamba1Weights, Registry, simulate  # noqa: E402
+from mixboard.dtypes import dtype_name  # noqa: E402
 from mixboard.ops.checks import BackendInputError, build_impl  # noqa: E402
 from mixboard.selection import module_missing  # noqa: E402
 from mixboard.testing import Mamba1Oracle, allocate_state  # noqa: E402
@@ -100,6 +101,17 @@ def test_newer_versions_pass(distributions):
     assert Mamba1Cuda.check(SPEC, H100) == []
 
 
+def test_a_conv_state_in_another_dtype_than_the_layers_is_a_reason(distributions):
+    distributions.add("mamba-ssm", "2.3.2.post1")
+    distributions.add("causal-conv1d", "1.5.0.post8")
+    bf16 = dict(d_inner=24, d_state=5, d_conv=4, dt_rank=3, dtype="bfloat16")
+    assert Mamba1Cuda.check(Mamba1Spec(**bf16, state_dtype="float32", conv_state_dtype="bfloat16"), H100) == []
+    # conv_state_dtype None follows state_dtype: the conv state would be float32, which causal-conv1d does not keep
+    for spec in (Mamba1Spec(**bf16, state_dtype="float32"), Mamba1Spec(**bf16, conv_state_dtype="float32")):
+        assert ("causal-conv1d keeps the conv state in the layer's dtype (bfloat16); the layer's is float32 "
+                "(conv_state_dtype or state_dtype)") in Mamba1Cuda.check(spec, H100)
+
+
 # ----------------------------------------------------------------------------- plumbing, through the doubles
 
 
@@ -169,8 +181,10 @@ def test_chunked_prefill_then_decodes_equals_the_portable_backend(doubles):
 
 @pytest.mark.parametrize("dtype, state_dtype", [(torch.bfloat16, None), (torch.float16, "float32")])
 def test_low_precision_passes_the_kernels_dtype_checks(doubles, dtype, state_dtype):
-    name = str(dtype).removeprefix("torch.")
-    spec = Mamba1Spec(d_inner=24, d_state=5, d_conv=4, dt_rank=3, dtype=name, state_dtype=state_dtype)
+    name = dtype_name(dtype)
+    # causal-conv1d keeps the conv state in the layer's dtype: only the SSM state may differ
+    spec = Mamba1Spec(d_inner=24, d_state=5, d_conv=4, dt_rank=3, dtype=name, state_dtype=state_dtype,
+                      conv_state_dtype=name if state_dtype else None)
     state = noisy_pools(spec)
     assert state["conv"].dtype == dtype and state["ssm"].dtype == getattr(torch, state_dtype or name)
     meta = step([1, 1, 9, 5], [3, 8, 0, 4], [1, 2, 3, 4])

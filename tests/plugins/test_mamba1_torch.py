@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mixboard import CommonBatchMetadata, Mamba1Spec, Mamba1Weights, Registry, simulate
+from mixboard.dtypes import dtype_name
 from mixboard.ops.checks import BackendInputError, build_impl
 from mixboard.testing import Mamba1Oracle, allocate_state
 from mixboard_mamba1 import scan, torch_impl
@@ -219,7 +220,7 @@ def test_a_batch_of_decodes_takes_the_step_path(monkeypatch):
 @pytest.mark.parametrize("batch", [([1, 1, 40, 9], [6, 3, 0, 12], [1, 2, 3, 4]), ([1, 1, 1], [6, 3, 9], [1, 2, 8]),
                                    ([1, 1], [2, 5], [5, 6])], ids=["mixed", "decodes", "decodes-in-place"])
 def test_low_precision_runs_close_to_the_oracle(dtype, state_dtype, atol, batch):
-    name = str(dtype).removeprefix("torch.")
+    name = dtype_name(dtype)
     spec = Mamba1Spec(d_inner=24, d_state=5, d_conv=4, dt_rank=3, dtype=name, state_dtype=state_dtype)
     meta = step(*batch)
     weights = random_weights(spec, dtype=dtype)

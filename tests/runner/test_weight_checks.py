@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from checkpoints import make_checkpoint
 from inprocess import assert_one_line_error, mixboard_here
+from mixboard.dtypes import dtype_name
 from mixboard_runner.engine import Engine
 from mixboard_runner.loader import count_nonfinite, load_model
 from mixboard_runner.models.config import ModelError
@@ -72,7 +73,7 @@ def test_integer_weights_are_refused(llama_dir, tmp_path, capsys, dtype):
 
     directory = copy_with(llama_dir, tmp_path / "m", to_int)
     status, err = mixboard_here(capsys, "run", directory, *RUN)
-    name = str(dtype).removeprefix("torch.")
+    name = dtype_name(dtype)
     assert_one_line_error(status, err, f"tensor {UP} has dtype {name}, where a float weight belongs")
 
 

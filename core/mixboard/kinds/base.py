@@ -73,10 +73,12 @@ class MixerSpec:
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
-        # Kinds whose state may be kept in another dtype name it state_dtype.
-        state_dtype = getattr(self, "state_dtype", None)
-        if state_dtype is not None and state_dtype not in DTYPES:
-            raise ValueError(f"state_dtype must be one of {', '.join(DTYPES)} or none, not {state_dtype!r}")
+        # Kinds whose state may be kept in another dtype name it state_dtype (and conv_state_dtype, a
+        # conv state's own where it may differ).
+        for name in ("state_dtype", "conv_state_dtype"):
+            value = getattr(self, name, None)
+            if value is not None and value not in DTYPES:
+                raise ValueError(f"{name} must be one of {', '.join(DTYPES)} or none, not {value!r}")
         self.validate()
 
     def validate(self) -> None:

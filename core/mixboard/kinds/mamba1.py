@@ -18,7 +18,6 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..dtypes import DTYPES
 from ..state import StateSpec
 from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
@@ -30,10 +29,11 @@ if TYPE_CHECKING:
 class Mamba1Spec(MixerSpec):
     """d_inner: channels after in_proj (default 1536). d_state: 16.
     d_conv: conv width (4). dt_rank: 48. conv_bias: True.
-    state_dtype: dtype of the SSM and conv states; None means dtype.
+    state_dtype: the states' dtype (None means dtype).
     conv_state_dtype: the conv state's alone, where it differs from the SSM
-    state's (None means state_dtype or dtype; vLLM on CPU keeps a bfloat16
-    layer's conv state in bfloat16, its SSM state in float32).
+    state's (None means state_dtype or dtype; vLLM on a CPU with AVX512-BF16
+    keeps a bfloat16 layer's conv state in bfloat16, its SSM state in
+    float32).
     dt_bc_norms: RMS-normalize dt (before dt_proj), B and C after x_proj's
     split, each over its own width with its own weight (Jamba); norm_eps is
     their epsilon (meaningless, and canonical at its default, without them)."""
@@ -52,16 +52,22 @@ class Mamba1Spec(MixerSpec):
         require(min(self.d_inner, self.d_state, self.dt_rank) > 0, "d_inner, d_state and dt_rank must be positive")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
         require(self.norm_eps > 0, "norm_eps must be positive")
-        for name in ("state_dtype", "conv_state_dtype"):
-            value = getattr(self, name)
-            require(value is None or value in DTYPES, f"{name} must be one of {', '.join(DTYPES)} or none, not {value!r}")
+
+    @property
+    def ssm_dtype(self) -> str:
+        """The SSM state's dtype: state_dtype or dtype."""
+        return self.state_dtype or self.dtype
+
+    @property
+    def conv_dtype(self) -> str:
+        """The conv state's dtype: conv_state_dtype or state_dtype or dtype."""
+        return self.conv_state_dtype or self.ssm_dtype
 
     def canonical(self) -> dict[str, Any]:
         out = self.to_dict()
         if not self.dt_bc_norms:
             out["norm_eps"] = 1e-6  # unused without the norms: specs that differ only there mean the same
-        out["state_dtype"] = self.state_dtype or self.dtype  # the state dtypes as they follow from each other
-        out["conv_state_dtype"] = self.conv_state_dtype or out["state_dtype"]
+        out["state_dtype"], out["conv_state_dtype"] = self.ssm_dtype, self.conv_dtype  # as they follow
         return out
 
 
@@ -136,9 +142,8 @@ class Mamba1Impl(MixerImpl):
 
 
 def mamba1_state(spec: Mamba1Spec) -> StateSpec:
-    dtype = spec.state_dtype or spec.dtype
-    return StateSpec.slots(conv=((spec.d_inner, spec.d_conv - 1), spec.conv_state_dtype or dtype),
-                           ssm=((spec.d_inner, spec.d_state), dtype))
+    return StateSpec.slots(conv=((spec.d_inner, spec.d_conv - 1), spec.conv_dtype),
+                           ssm=((spec.d_inner, spec.d_state), spec.ssm_dtype))
 
 
 MAMBA1 = Kind(

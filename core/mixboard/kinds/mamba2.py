@@ -20,7 +20,6 @@ import math
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..dtypes import DTYPES
 from ..state import StateSpec
 from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
@@ -37,8 +36,8 @@ class Mamba2Spec(MixerSpec):
     clamp on dt after softplus (0, inf). state_dtype: the states' dtype
     (None means dtype). conv_state_dtype: the conv state's alone, where it
     differs from the SSM state's (None means state_dtype or dtype; vLLM on
-    CPU keeps a bfloat16 layer's conv state in bfloat16, its SSM state in
-    float32). gated_norm: True: the backend applies the gate and the RMSNorm
+    a CPU with AVX512-BF16 keeps a bfloat16 layer's conv state in bfloat16,
+    its SSM state in float32). gated_norm: True: the backend applies the gate and the RMSNorm
     (``y * silu(z)``, then the norm) and returns their output. False: it
     returns y = S @ C + D * x, before both; z still arrives and is ignored,
     ``weights.norm_weight`` may be None and is not read, and norm_eps means
@@ -66,9 +65,16 @@ class Mamba2Spec(MixerSpec):
                 f"num_heads ({self.num_heads}) must be a multiple of n_groups ({self.n_groups})")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
         require(0.0 <= self.dt_min <= self.dt_max, "need 0 <= dt_min <= dt_max")
-        for name in ("state_dtype", "conv_state_dtype"):
-            value = getattr(self, name)
-            require(value is None or value in DTYPES, f"{name} must be one of {', '.join(DTYPES)} or none, not {value!r}")
+
+    @property
+    def ssm_dtype(self) -> str:
+        """The SSM state's dtype: state_dtype or dtype."""
+        return self.state_dtype or self.dtype
+
+    @property
+    def conv_dtype(self) -> str:
+        """The conv state's dtype: conv_state_dtype or state_dtype or dtype."""
+        return self.conv_state_dtype or self.ssm_dtype
 
     def canonical(self) -> dict[str, Any]:
         """Without the gated norm, norm_eps means nothing: every value of it is one spec (None); the
@@ -76,8 +82,7 @@ class Mamba2Spec(MixerSpec):
         values = self.to_dict()
         if not self.gated_norm:
             values["norm_eps"] = None
-        values["state_dtype"] = self.state_dtype or self.dtype
-        values["conv_state_dtype"] = self.conv_state_dtype or values["state_dtype"]
+        values["state_dtype"], values["conv_state_dtype"] = self.ssm_dtype, self.conv_dtype
         return values
 
     @property
@@ -166,10 +171,9 @@ class Mamba2Impl(MixerImpl):
 
 
 def mamba2_state(spec: Mamba2Spec) -> StateSpec:
-    dtype = spec.state_dtype or spec.dtype
     return StateSpec.slots(
-        conv=((spec.conv_dim, spec.d_conv - 1), spec.conv_state_dtype or dtype),
-        ssm=((spec.num_heads, spec.head_dim, spec.d_state), dtype),
+        conv=((spec.conv_dim, spec.d_conv - 1), spec.conv_dtype),
+        ssm=((spec.num_heads, spec.head_dim, spec.d_state), spec.ssm_dtype),
     )
 
 

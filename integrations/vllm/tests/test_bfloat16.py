@@ -8,6 +8,10 @@ import os
 import pytest
 import torch
 
+from mixboard import Mamba2Spec
+from mixboard.dtypes import dtype_name
+from mixboard_vllm.layers.base import state_dtype_fields
+
 from decided import decided_prompts, round_to_bf16
 from harness import ok, run
 
@@ -17,6 +21,8 @@ BF16 = {"enforce_eager": False, "dtype": "bfloat16"}
 # top-1/top-2 margin moves by at most twice that
 MARGIN = 0.4
 NEW_TOKENS = 4
+# vLLM's CPU platform keeps Mamba SSM states in float32 where the CPU has AVX512-BF16, and says so
+FLOAT32_SSM = "Reset SSM cache type to float32"
 
 
 @pytest.fixture(scope="module")
@@ -49,4 +55,22 @@ def test_bf16_compiled_ids_equal_vllm_alones(bf16_checkpoint, workdir, name):
     ours = ok(run(workdir, f"{name}_bf16", path, extra=BF16, prompts=prompts))
     assert "DYNAMO_TRACE_ONCE" in ours.log, "vLLM did not compile the model"
     assert ours.mixed_steps()
+    if name == "granite_hybrid" and torch.cpu._is_avx512_bf16_supported():  # the mixed layout is what runs
+        assert FLOAT32_SSM in ours.log and "mamba2_torch" in ours.log
     assert ours.ids == theirs.ids
+
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+
+
+@pytest.mark.parametrize("layer, conv_ssm, fields", [
+    ("bfloat16", (BF16, F32), dict(state_dtype="float32", conv_state_dtype="bfloat16")),  # vLLM's CPU platform
+    ("bfloat16", (BF16, BF16), dict(state_dtype=None, conv_state_dtype=None)),  # the runner's spec
+    ("bfloat16", (F32, BF16), dict(state_dtype=None, conv_state_dtype="float32")),
+    ("float32", (F32, F16), dict(state_dtype="float16", conv_state_dtype="float32")),
+    ("float32", (F16, F16), dict(state_dtype="float16", conv_state_dtype=None)),
+])
+def test_vllms_state_dtypes_become_the_specs_fields(layer, conv_ssm, fields):
+    assert state_dtype_fields(layer, conv_ssm) == fields
+    spec = Mamba2Spec(dtype=layer, **fields)
+    assert (spec.conv_dtype, spec.ssm_dtype) == tuple(map(dtype_name, conv_ssm))

@@ -38,7 +38,11 @@ def test_the_v2_refusal_names_what_forces_v2(monkeypatch):
     cases = [(dict(watermark_config=object(), attention_config=no_hisparse),
               r"watermarking \(--watermark-config\) runs on V2 only, whatever VLLM_USE_V2_MODEL_RUNNER says: drop it, "),
              (dict(attention_config=SimpleNamespace(hisparse_config=object())),
-              r"HiSparse attention \(hisparse_config in --attention-config\) runs on V2 only: drop it, ")]
+              r"HiSparse attention \(hisparse_config in --attention-config\) runs on V2 only, whatever "
+              r"VLLM_USE_V2_MODEL_RUNNER says: drop it, "),
+             (dict(attention_config=SimpleNamespace(hisparse_config=object()), watermark_config=object()),
+              r"HiSparse attention \(hisparse_config in --attention-config\) and watermarking \(--watermark-config\) "
+              r"run on V2 only, whatever VLLM_USE_V2_MODEL_RUNNER says: drop them, ")]
     for extra, fix in cases:
         with pytest.raises(StartupError, match=r"^mixboard-vllm: vLLM's model runner V2 is not supported: .*; " + fix +
                            r"or set MIXBOARD_VLLM=0 to let vLLM run this model$"):

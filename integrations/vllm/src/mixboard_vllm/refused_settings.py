@@ -53,9 +53,11 @@ def check_settings(vllm_config, plan) -> None:
 def _v1_fix(vllm_config) -> str:
     """How to get the V1 runner back: vLLM 0.32 forces V2 for two features whatever
     VLLM_USE_V2_MODEL_RUNNER says (config/vllm.py, ``use_v2_model_runner``)."""
-    if getattr(vllm_config, "watermark_config", None) is not None:
-        return "watermarking (--watermark-config) runs on V2 only, whatever VLLM_USE_V2_MODEL_RUNNER says: drop it"
     attention = getattr(vllm_config, "attention_config", None)
-    if getattr(attention, "hisparse_config", None) is not None:
-        return "HiSparse attention (hisparse_config in --attention-config) runs on V2 only: drop it"
+    forcing = [what for what, present in (
+        ("HiSparse attention (hisparse_config in --attention-config)", getattr(attention, "hisparse_config", None)),
+        ("watermarking (--watermark-config)", getattr(vllm_config, "watermark_config", None))) if present is not None]
+    if forcing:
+        return (f"{' and '.join(forcing)} {'run' if len(forcing) > 1 else 'runs'} on V2 only, whatever "
+                f"VLLM_USE_V2_MODEL_RUNNER says: drop {'them' if len(forcing) > 1 else 'it'}")
     return "set VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner)"

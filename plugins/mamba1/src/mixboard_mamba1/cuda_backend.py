@@ -31,24 +31,15 @@ class Mamba1Cuda(Backend):
             reasons.append(f"mamba-ssm's selective scan supports d_state up to 256; the layer's d_state is {spec.d_state}")
         if spec.dt_bc_norms:
             reasons.append("the impl does not apply RMS norms to dt, B and C (the layer has dt_bc_norms, as Jamba's)")
-        if spec.conv_state_dtype not in (None, spec.dtype):
-            reasons.append(f"causal-conv1d keeps the conv state in the layer's dtype ({spec.dtype}); the layer asks "
-                           f"for conv_state_dtype {spec.conv_state_dtype}")
+        if spec.conv_dtype != spec.dtype:
+            reasons.append(f"causal-conv1d keeps the conv state in the layer's dtype ({spec.dtype}); the layer's is "
+                           f"{spec.conv_dtype} (conv_state_dtype or state_dtype)")
         for dist, minimum in MIN_VERSIONS.items():
             installed = _installed(dist)
             if installed is not None and too_old(installed, minimum):
                 reasons.append(f"{dist} {installed} is installed; mamba1_cuda needs {dist}>={minimum}: "
                                f"pip install -U '{dist}>={minimum}'")
         return reasons
-
-    @classmethod
-    def state_spec(cls, spec):
-        # causal-conv1d reads and writes the conv state in the activations' dtype,
-        # so only the SSM state may follow spec.state_dtype.
-        from mixboard.state import StateSpec
-
-        return StateSpec.slots(conv=((spec.d_inner, spec.d_conv - 1), spec.dtype),
-                               ssm=((spec.d_inner, spec.d_state), spec.state_dtype or spec.dtype))
 
     @classmethod
     def builder(cls, spec, env):

@@ -36,7 +36,7 @@ class Mamba1CudaImpl(Mamba1Impl):
         from mamba_ssm.ops.triton.selective_state_update import selective_state_update
 
         self.spec = spec
-        self.check = InputChecks(spec, conv_dtype=spec.dtype)
+        self.check = InputChecks(spec)
         self.conv_fn, self.conv_update = causal_conv1d_fn, causal_conv1d_update
         self.scan_fn, self.state_update = selective_scan_fn, selective_state_update
 

@@ -16,12 +16,11 @@ class InputChecks:
     Mamba1Weights object (frozen, so it cannot change afterwards); activations,
     pools and the step's slots on every call."""
 
-    def __init__(self, spec: Mamba1Spec, conv_dtype: str | None = None):
+    def __init__(self, spec: Mamba1Spec):
         self.spec = spec
         self.dtype = torch_dtype(spec.dtype)
-        self.state_dtype = torch_dtype(spec.state_dtype or spec.dtype)
-        # the conv pool's dtype: the spec's, or a backend's own where it keeps the pool apart
-        self.conv_dtype = torch_dtype(conv_dtype or spec.conv_state_dtype or spec.state_dtype or spec.dtype)
+        self.state_dtype = torch_dtype(spec.ssm_dtype)
+        self.conv_dtype = torch_dtype(spec.conv_dtype)
         self._checked: tuple[object, torch.device] | None = None
 
     def __call__(self, layer: str, x, z, weights, state, meta: SlotStep) -> None:

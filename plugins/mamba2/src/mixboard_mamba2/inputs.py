@@ -20,8 +20,8 @@ class InputChecks:
     def __init__(self, spec: Mamba2Spec):
         self.spec = spec
         self.dtype = torch_dtype(spec.dtype)
-        self.state_dtype = torch_dtype(spec.state_dtype or spec.dtype)
-        self.conv_state_dtype = torch_dtype(spec.conv_state_dtype or spec.state_dtype or spec.dtype)
+        self.state_dtype = torch_dtype(spec.ssm_dtype)
+        self.conv_state_dtype = torch_dtype(spec.conv_dtype)
         self._checked: tuple[Any, torch.device] | None = None
 
     def __call__(self, layer: str, z: Any, xBC: Any, dt: Any, weights: Any, state: Mapping[str, Any],

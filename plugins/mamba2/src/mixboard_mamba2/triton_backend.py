@@ -31,8 +31,7 @@ class Mamba2Triton(Backend):
 
     @classmethod
     def check(cls, spec: Mamba2Spec, env: Any) -> list[str]:
-        state = spec.state_dtype or spec.dtype  # the states' dtypes too
-        reasons = triton_reasons(env, (spec.dtype, state, spec.conv_state_dtype or state))
+        reasons = triton_reasons(env, (spec.dtype, spec.ssm_dtype, spec.conv_dtype))  # the states' dtypes too
         itemsize = 4 if spec.dtype == "float32" else 2
         group = spec.d_inner // spec.n_groups
         if spec.gated_norm and group * itemsize > NORM_GROUP_BYTES:

@@ -28,7 +28,7 @@ class Mamba1Triton(Backend):
             reasons.append(f"d_state {spec.d_state} is above the kernel's {MAX_D_STATE}")
         if spec.dt_bc_norms:
             reasons.append("its kernels have no RMS norms of dt, B and C (the layer has dt_bc_norms, as Jamba's)")
-        if spec.conv_state_dtype not in (None, spec.state_dtype or spec.dtype):
+        if spec.conv_dtype != spec.ssm_dtype:
             reasons.append(f"its conv kernels keep the conv state in the SSM state's dtype; the layer asks for "
                            f"conv_state_dtype {spec.conv_state_dtype}")
         return reasons
