@@ -59,6 +59,21 @@ def _spec_repr(self) -> str:
     return f"{self.__class__.__qualname__}({text})"
 
 
+class ConvAndSsmStates:
+    """For specs whose state is a conv state and an SSM state (mamba1, mamba2), with fields
+    ``state_dtype`` and ``conv_state_dtype``: the dtype each is kept in."""
+
+    @property
+    def ssm_dtype(self) -> str:
+        """The SSM state's dtype: state_dtype or dtype."""
+        return self.state_dtype or self.dtype
+
+    @property
+    def conv_dtype(self) -> str:
+        """The conv state's dtype: conv_state_dtype or state_dtype or dtype."""
+        return self.conv_state_dtype or self.ssm_dtype
+
+
 @spec_class
 class MixerSpec:
     """Base of every kind's spec: frozen, hashable, every field defaulted.

@@ -19,14 +19,14 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
+from .base import ConvAndSsmStates, Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
 @spec_class
-class Mamba1Spec(MixerSpec):
+class Mamba1Spec(ConvAndSsmStates, MixerSpec):
     """d_inner: channels after in_proj (default 1536). d_state: 16.
     d_conv: conv width (4). dt_rank: 48. conv_bias: True.
     state_dtype: the states' dtype (None means dtype).
@@ -52,16 +52,6 @@ class Mamba1Spec(MixerSpec):
         require(min(self.d_inner, self.d_state, self.dt_rank) > 0, "d_inner, d_state and dt_rank must be positive")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
         require(self.norm_eps > 0, "norm_eps must be positive")
-
-    @property
-    def ssm_dtype(self) -> str:
-        """The SSM state's dtype: state_dtype or dtype."""
-        return self.state_dtype or self.dtype
-
-    @property
-    def conv_dtype(self) -> str:
-        """The conv state's dtype: conv_state_dtype or state_dtype or dtype."""
-        return self.conv_state_dtype or self.ssm_dtype
 
     def canonical(self) -> dict[str, Any]:
         out = self.to_dict()

@@ -21,14 +21,14 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..state import StateSpec
-from .base import Kind, MixerImpl, MixerSpec, Record, require, spec_class
+from .base import ConvAndSsmStates, Kind, MixerImpl, MixerSpec, Record, require, spec_class
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
 @spec_class
-class Mamba2Spec(MixerSpec):
+class Mamba2Spec(ConvAndSsmStates, MixerSpec):
     """num_heads: 32. head_dim: 64 (d_inner = num_heads * head_dim).
     d_state: 128. n_groups: 1 (B and C are shared by num_heads / n_groups
     heads). d_conv: 4. chunk_size: 256 (the SSD chunk; a hint, results do
@@ -65,16 +65,6 @@ class Mamba2Spec(MixerSpec):
                 f"num_heads ({self.num_heads}) must be a multiple of n_groups ({self.n_groups})")
         require(self.d_conv >= 2, "d_conv (the conv width) must be at least 2")
         require(0.0 <= self.dt_min <= self.dt_max, "need 0 <= dt_min <= dt_max")
-
-    @property
-    def ssm_dtype(self) -> str:
-        """The SSM state's dtype: state_dtype or dtype."""
-        return self.state_dtype or self.dtype
-
-    @property
-    def conv_dtype(self) -> str:
-        """The conv state's dtype: conv_state_dtype or state_dtype or dtype."""
-        return self.conv_state_dtype or self.ssm_dtype
 
     def canonical(self) -> dict[str, Any]:
         """Without the gated norm, norm_eps means nothing: every value of it is one spec (None); the

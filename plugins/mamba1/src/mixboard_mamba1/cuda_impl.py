@@ -14,7 +14,7 @@
 
 Layouts the kernels take: conv state [slots, d_inner, d_conv - 1] (the
 canonical one), SSM state [slots, d_inner, d_state]; the conv state in the
-activations' dtype (see Mamba1Cuda.state_spec).
+activations' dtype (Mamba1Cuda.check refuses a spec that keeps it in another).
 """
 
 from __future__ import annotations
