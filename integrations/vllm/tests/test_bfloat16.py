@@ -60,15 +60,12 @@ def test_bf16_compiled_ids_equal_vllm_alones(bf16_checkpoint, workdir, name):
     assert ours.ids == theirs.ids
 
 
-BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
-
-
 @pytest.mark.parametrize("layer, conv_ssm, fields", [
-    ("bfloat16", (BF16, F32), dict(state_dtype="float32", conv_state_dtype="bfloat16")),  # vLLM's CPU platform
-    ("bfloat16", (BF16, BF16), dict(state_dtype=None, conv_state_dtype=None)),  # the runner's spec
-    ("bfloat16", (F32, BF16), dict(state_dtype=None, conv_state_dtype="float32")),
-    ("float32", (F32, F16), dict(state_dtype="float16", conv_state_dtype="float32")),
-    ("float32", (F16, F16), dict(state_dtype="float16", conv_state_dtype=None)),
+    ("bfloat16", (torch.bfloat16, torch.float32), dict(state_dtype="float32", conv_state_dtype="bfloat16")),  # vLLM's CPU
+    ("bfloat16", (torch.bfloat16, torch.bfloat16), dict(state_dtype=None, conv_state_dtype=None)),  # the runner's spec
+    ("bfloat16", (torch.float32, torch.bfloat16), dict(state_dtype=None, conv_state_dtype="float32")),
+    ("float32", (torch.float32, torch.float16), dict(state_dtype="float16", conv_state_dtype="float32")),
+    ("float32", (torch.float16, torch.float16), dict(state_dtype="float16", conv_state_dtype=None)),
 ])
 def test_vllms_state_dtypes_become_the_specs_fields(layer, conv_ssm, fields):
     assert state_dtype_fields(layer, conv_ssm) == fields
