@@ -49,7 +49,7 @@ ENGINE = """
 import json, sys, time
 def main():
     from vllm import LLM, SamplingParams
-    llm = LLM(model={path!r}, dtype="float32", enforce_eager={eager}, skip_tokenizer_init=True,
+    llm = LLM(model={path!r}, dtype={dtype!r}, enforce_eager={eager}, skip_tokenizer_init=True,
               gpu_memory_utilization=0.15, max_model_len=512, max_num_seqs=16, block_size=32,
               enable_prefix_caching=False)
     prompts = [{{"prompt_token_ids": [(13 * i + 7 * j + 1) % 256 for i in range(n)]}} for j, n in enumerate({lens})]
@@ -157,6 +157,9 @@ def main() -> None:
     ap.add_argument("--modes", default="compiled,eager", help="comma separated: compiled, eager (default both)")
     ap.add_argument("--settle", type=float, default=1.5,
                     help="seconds to wait before each call, past the other engine's spinning (default 1.5)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the engines' dtype (default float32; bfloat16 runs mixboard's layers on the plain PyTorch "
+                         "backends, its CPU kernels being float32, and the Mamba SSM state in float32 as vLLM keeps it)")
     ap.add_argument("--json", action="store_true", help="print every call's seconds as JSON after the table")
     args = ap.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
@@ -171,7 +174,8 @@ def main() -> None:
     for r in range(args.rounds):
         for model in models:
             for mode in modes:
-                code = ENGINE.format(path=paths[model], eager=mode == "eager", lens=PROMPT_LENS, new=NEW)
+                code = ENGINE.format(path=paths[model], eager=mode == "eager", lens=PROMPT_LENS, new=NEW,
+                                     dtype=args.dtype)
                 got = measure(code, r, args.repeats, args.settle, folder)
                 key = f"{model}, {mode}"
                 for b, sides in got.items():
@@ -185,7 +189,7 @@ def main() -> None:
     for key, by_batch in calls.items():
         for b, sides in by_batch.items():
             print(f"| {key} | {b} | " + " | ".join(summary(sides, b)) + " |")
-    print(f"{args.rounds} rounds x {args.repeats} pairs, {args.settle} s settle; load average at the end: "
+    print(f"{args.dtype}, {args.rounds} rounds x {args.repeats} pairs, {args.settle} s settle; load average at the end: "
           f"{os.getloadavg()[0]:.1f}")
     if args.json:
         print(json.dumps(calls))
