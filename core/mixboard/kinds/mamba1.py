@@ -102,8 +102,9 @@ class Mamba1Impl(MixerImpl):
         x, before the conv), oldest first: column -1 is the newest; a
         sequence that has seen fewer keeps zeros in the oldest.
         ``ssm`` [num_slots, DI, N], in ``state_dtype or dtype``: the scan
-        state h after the sequence's last token. In both pools each slot's record is contiguous; slots
-        are ``stride(0)`` apart, which may exceed a record.
+        state h after the sequence's last token. In both pools each slot's
+        record is contiguous; slots are ``stride(0)`` apart, which may
+        exceed a record.
     meta: the builder's output for the step.
     Returns: y [T, DI], before ``out_proj``.
 

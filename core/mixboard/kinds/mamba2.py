@@ -37,8 +37,9 @@ class Mamba2Spec(ConvAndSsmStates, MixerSpec):
     (None means dtype). conv_state_dtype: the conv state's alone, where it
     differs from the SSM state's (None means state_dtype or dtype; vLLM on
     a CPU with AVX512-BF16 keeps a bfloat16 layer's conv state in bfloat16,
-    its SSM state in float32). gated_norm: True: the backend applies the gate and the RMSNorm
-    (``y * silu(z)``, then the norm) and returns their output. False: it
+    its SSM state in float32). gated_norm: True: the backend applies the
+    gate and the RMSNorm (``y * silu(z)``, then the norm) and returns their
+    output. False: it
     returns y = S @ C + D * x, before both; z still arrives and is ignored,
     ``weights.norm_weight`` may be None and is not read, and norm_eps means
     nothing. The caller applies them (an engine whose norm group spans

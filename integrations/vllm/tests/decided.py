@@ -11,6 +11,14 @@ from __future__ import annotations
 import torch
 
 LENGTHS = (9, 30, 57)  # whole prefills; two share run_llm's 48-token step beside decodes; chunked
+# what vLLM's CPU platform logs when it keeps a bfloat16 model's Mamba SSM states in float32
+FLOAT32_SSM = "Reset SSM cache type to float32"
+
+
+def ssm_state_in_float32() -> bool:
+    """Whether vLLM's CPU platform keeps Mamba SSM states in float32 here: where the CPU has
+    AVX512-BF16 (the conv state stays in the model's dtype: the mixed layout)."""
+    return torch.cpu._is_avx512_bf16_supported()
 
 
 def round_to_bf16(model) -> None:

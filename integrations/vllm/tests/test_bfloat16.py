@@ -12,7 +12,7 @@ from mixboard import Mamba2Spec
 from mixboard.dtypes import dtype_name
 from mixboard_vllm.layers.base import state_dtype_fields
 
-from decided import decided_prompts, round_to_bf16
+from decided import FLOAT32_SSM, decided_prompts, round_to_bf16, ssm_state_in_float32
 from harness import ok, run
 
 BF16 = {"enforce_eager": False, "dtype": "bfloat16"}
@@ -21,8 +21,6 @@ BF16 = {"enforce_eager": False, "dtype": "bfloat16"}
 # top-1/top-2 margin moves by at most twice that
 MARGIN = 0.4
 NEW_TOKENS = 4
-# vLLM's CPU platform keeps Mamba SSM states in float32 where the CPU has AVX512-BF16, and says so
-FLOAT32_SSM = "Reset SSM cache type to float32"
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +53,7 @@ def test_bf16_compiled_ids_equal_vllm_alones(bf16_checkpoint, workdir, name):
     ours = ok(run(workdir, f"{name}_bf16", path, extra=BF16, prompts=prompts))
     assert "DYNAMO_TRACE_ONCE" in ours.log, "vLLM did not compile the model"
     assert ours.mixed_steps()
-    if name == "granite_hybrid" and torch.cpu._is_avx512_bf16_supported():  # the mixed layout is what runs
+    if name == "granite_hybrid" and ssm_state_in_float32():  # the mixed layout is what runs
         assert FLOAT32_SSM in ours.log and "mamba2_torch" in ours.log
     assert ours.ids == theirs.ids
 

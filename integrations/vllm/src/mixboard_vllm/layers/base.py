@@ -61,11 +61,17 @@ class MixboardLayer:
                     f"mamba_ssm_cache_dtype={cache.mamba_ssm_cache_dtype}")
         try:
             check_slot_state(self.prefix, self.mixboard_kind, bound.backend, bound.state_spec,
-                             super().get_state_shape(), super().get_state_dtype(), cache.mamba_cache_mode == "align",
+                             super().get_state_shape(), self.vllm_state_dtypes(), cache.mamba_cache_mode == "align",
                              settings)
         except StartupError as exc:
             raise refused(exc) from None  # its line of its own, as the plan's refusals
         return tuple(tuple(t.shape) for _, t in bound.state_spec.tensors)
+
+    def vllm_state_dtypes(self) -> tuple:
+        """The dtypes vLLM's own layer keeps its states in (conv first): what it sized the pages for,
+        from --mamba-cache-dtype, --mamba-ssm-cache-dtype and the platform (the class after this
+        mixin answers; ``get_state_dtype`` below answers with the plan's)."""
+        return super().get_state_dtype()
 
     def get_state_dtype(self):
         return tuple(getattr(torch, t.dtype) for _, t in self._mb().state_spec.tensors)

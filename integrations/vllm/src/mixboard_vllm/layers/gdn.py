@@ -50,7 +50,7 @@ class MixboardGatedDeltaNet(MixboardLayer, QwenGatedDeltaNetAttention):
         spec_class, _ = _kind_classes()
         tp = self.tp_size
         # the dtypes vLLM sized its pages for: a bfloat16 model keeps its recurrent state in float32
-        conv_dtype, ssm_dtype = map(dtype_name, QwenGatedDeltaNetAttention.get_state_dtype(self))
+        conv_dtype, ssm_dtype = map(dtype_name, self.vllm_state_dtypes())
         return spec_class(num_k_heads=self.num_k_heads // tp, num_v_heads=self.num_v_heads // tp,
                           head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, d_conv=self.conv_kernel_size,
                           conv_bias=self.conv1d.bias is not None, gated_norm=False, state_dtype=ssm_dtype,

@@ -33,7 +33,7 @@ class MixboardMambaMixer(MixboardLayer, MambaMixer):
         dtype = dtype_name(self.model_config.dtype)
         return Mamba1Spec(d_inner=self.intermediate_size, d_state=self.ssm_state_size, d_conv=self.conv_kernel_size,
                           dt_rank=self.time_step_rank, conv_bias=self.conv1d.bias is not None, dtype=dtype,
-                          **state_dtype_fields(dtype, MambaMixer.get_state_dtype(self)), **self._norm_fields())
+                          **state_dtype_fields(dtype, self.vllm_state_dtypes()), **self._norm_fields())
 
     def _norm_fields(self):
         """Jamba's dt/B/C RMSNorms, which the kind applies (dt_bc_norms): their epsilon."""

@@ -36,7 +36,7 @@ class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
                           d_conv=self.conv_kernel_size, chunk_size=compat.mamba_chunk_size(mc),
                           conv_bias=self.conv1d.bias is not None, norm_eps=float(self.norm.variance_epsilon),
                           gated_norm=not self._norm_outside, dtype=dtype,
-                          **state_dtype_fields(dtype, MambaMixer2.get_state_dtype(self)))
+                          **state_dtype_fields(dtype, self.vllm_state_dtypes()))
 
     def get_kv_cache_spec(self, vllm_config):
         return compat.base_mamba_kv_cache_spec(self, vllm_config)
