@@ -13,16 +13,19 @@ import importlib.util
 from pathlib import Path
 
 
-def kernel_unusable(module: str) -> str | None:
+def kernel_unusable(module: str, includes: tuple[str, ...] = ()) -> str | None:
     """Why the compiled kernel ``module`` cannot serve, worded to follow "its compiled kernel <module>"
-    ("is not built", or built before its source changed); None when it can."""
+    ("is not built", or built before its source changed); None when it can. ``includes``: the names
+    of other sources beside it that its source includes, held to the build the same way."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         return "is not built"
     built = Path(spec.origin)
-    source = built.with_name(module.rpartition(".")[2] + ".c")
-    try:
-        stale = source.stat().st_mtime > built.stat().st_mtime
-    except OSError:  # an installed wheel ships its build alone: nothing to compare with
-        return None
-    return f"was built before its source {source.name} last changed" if stale else None
+    for source in [built.with_name(module.rpartition(".")[2] + ".c"), *map(built.with_name, includes)]:
+        try:
+            stale = source.stat().st_mtime > built.stat().st_mtime
+        except OSError:  # an installed wheel ships its build alone: nothing to compare with
+            return None
+        if stale:
+            return f"was built before its source {source.name} last changed"
+    return None

@@ -25,6 +25,7 @@ from mixboard.selection import module_missing
 from mixboard.testing import AttentionOracle, allocate_state
 from mixboard_flash_attn import FlashAttention
 from mixboard_sdpa import SdpaAttention
+from mixboard_sdpa.cpu_backend import kernel_unusable as sdpa_cpu_kernel_unusable
 from attention_cases import (
     CPU, LAYER, decode_schedule, make_impl, max_error, one_prefill_schedule, random_schedule, random_seqs,
     run_schedule,
@@ -248,15 +249,18 @@ def test_flash_attn_is_chosen_over_sdpa_where_it_applies(flash_double, only_atte
     chosen = registry.select("attention", bf16, H100)
     assert chosen.chosen.name == "flash_attn"
     assert "higher priority (100 > 10)" in chosen.rejected["sdpa"][0]
-    # where it does not apply, sdpa serves, and flash_attn's reasons say why
-    for spec, env, why in [
-        (bf16, simulate("cuda", "7.5"), "this GPU has 7.5"),
-        (dataclasses.replace(bf16, dtype="float32"), H100, "supports dtypes bfloat16, float16; the layer is float32"),
-        (dataclasses.replace(bf16, head_size=100), H100, "head_size 100 is not supported"),
-        (bf16, CPU, "runs on cuda; this environment is cpu"),
+    # where it does not apply, sdpa serves (on a CPU sdpa_cpu, where its kernel is built), and flash_attn's
+    # reasons say why
+    on_cpu = "sdpa" if sdpa_cpu_kernel_unusable("bfloat16") else "sdpa_cpu"
+    for spec, env, why, serves in [
+        (bf16, simulate("cuda", "7.5"), "this GPU has 7.5", "sdpa"),
+        (dataclasses.replace(bf16, dtype="float32"), H100, "supports dtypes bfloat16, float16; the layer is float32",
+         "sdpa"),
+        (dataclasses.replace(bf16, head_size=100), H100, "head_size 100 is not supported", "sdpa"),
+        (bf16, CPU, "runs on cuda; this environment is cpu", on_cpu),
     ]:
         selection = registry.select("attention", spec, env)
-        assert selection.chosen.name == "sdpa"
+        assert selection.chosen.name == serves
         assert any(why in r for r in selection.rejected["flash_attn"]), selection.rejected
     # a plan groups the layers it picked flash_attn for
     plan = registry.plan([(f"layers.{i}.attn", "attention", bf16) for i in range(3)], env=H100)

@@ -19,6 +19,8 @@ from mixboard.plugins import load
 CASES = [  # (backend module, its compiled module, kind, spec, the portable backend that serves instead)
     ("mixboard_sdpa.cpu_backend", "mixboard_sdpa._paged_decode", "attention",
      AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64), "sdpa"),
+    ("mixboard_sdpa.cpu_backend", "mixboard_sdpa._paged_decode_bf16", "attention",
+     AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16"), "sdpa"),
     ("mixboard_mamba1.cpu_backend", "mixboard_mamba1._decode_step", "mamba1",
      Mamba1Spec(d_inner=64, d_state=16, d_conv=4, dt_rank=4), "mamba1_torch"),
     ("mixboard_mamba2.cpu_backend", "mixboard_mamba2._prefill", "mamba2", Mamba2Spec(), "mamba2_torch"),
@@ -87,3 +89,23 @@ def test_an_installed_wheel_without_its_source_is_taken_as_built(monkeypatch, tm
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "pkg._kernel" else real(name, *a))
     assert kernel_unusable("pkg._kernel") is None
     assert kernel_unusable("mixboard_no_such_kernel") == "is not built"
+
+
+def test_a_build_older_than_a_source_its_source_includes_is_refused(monkeypatch, tmp_path):
+    """sdpa_cpu's bfloat16 build is _paged_decode.c included by _paged_decode_bf16.c: a change to
+    the included file leaves that build stale too."""
+    from mixboard.compiled_kernels import kernel_unusable
+
+    built = tmp_path / "_k_bf16.cpython-311-x86_64-linux-gnu.so"
+    own, included = tmp_path / "_k_bf16.c", tmp_path / "_k.c"
+    for path in (built, own, included):
+        path.write_bytes(b"")
+    os.utime(own, (1_000, 1_000))
+    os.utime(built, (1_000_000, 1_000_000))
+    real = importlib.util.find_spec
+    spec = importlib.machinery.ModuleSpec("pkg._k_bf16", None, origin=str(built))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "pkg._k_bf16" else real(name, *a))
+    assert kernel_unusable("pkg._k_bf16") is None
+    assert kernel_unusable("pkg._k_bf16", includes=("_k.c",)) == "was built before its source _k.c last changed"
+    os.utime(included, (1_000, 1_000))
+    assert kernel_unusable("pkg._k_bf16", includes=("_k.c",)) is None

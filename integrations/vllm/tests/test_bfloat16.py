@@ -1,7 +1,8 @@
 """vLLM's default (compiled) mode in bfloat16, the dtype models are served in, on llama and the
-hybrid (Mamba2 + attention): mixboard's greedy ids equal vLLM alone's, on prompts whose ids
-bfloat16 rounding cannot decide (decided.py), in steps that mix decodes with fresh and chunked
-prefills. vLLM alone must give the float32 ids there, or the comparison is not well posed."""
+hybrid (Mamba2 + attention), attention on sdpa_cpu's bfloat16 kernel: mixboard's greedy ids equal
+vLLM alone's, on prompts whose ids bfloat16 rounding cannot decide (decided.py), in steps that mix
+decodes with fresh and chunked prefills. vLLM alone must give the float32 ids there, or the
+comparison is not well posed."""
 
 import os
 
@@ -53,6 +54,8 @@ def test_bf16_compiled_ids_equal_vllm_alones(bf16_checkpoint, workdir, name):
     ours = ok(run(workdir, f"{name}_bf16", path, extra=BF16, prompts=prompts))
     assert "DYNAMO_TRACE_ONCE" in ours.log, "vLLM did not compile the model"
     assert ours.mixed_steps()
+    # the attention layers on the paged kernel's bfloat16 build (the lane builds every kernel)
+    assert {backend for kind, backend, _ in ours.table.values() if kind == "attention"} == {"sdpa_cpu"}
     if name == "granite_hybrid" and ssm_state_in_float32():  # the mixed layout is what runs
         assert FLOAT32_SSM in ours.log and "mamba2_torch" in ours.log
     assert ours.ids == theirs.ids

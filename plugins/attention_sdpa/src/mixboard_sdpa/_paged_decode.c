@@ -31,6 +31,11 @@
  * Threads: OpenMP over work items, on the libgomp torch loaded (the wrapper
  * imports torch first). Instruction sets: GCC compiles the work item for
  * AVX-512, AVX2 and plain x86-64 and picks one at load time (target_clones).
+ *
+ * The cache's element type (kv_t): float here; bfloat16 where this file is
+ * built as _paged_decode_bf16 (that file defines KV_BF16 and includes this
+ * one). Keys and values are widened to float as they are read, so the
+ * arithmetic is float32 either way; q and out are float32 in both builds.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -51,11 +56,55 @@
  * scheduler beside its worker), where a team waits for a core; benchmarks/README.md has the numbers. */
 #define TEAM_MIN_WORK (1L << 18)
 
+#ifdef KV_BF16
+typedef uint16_t kv_t;
+typedef uint16_t half_vec __attribute__((vector_size(32)));  /* sixteen bfloat16 */
+#define MODULE_NAME "_paged_decode_bf16"
+#define MODULE_INIT PyInit__paged_decode_bf16
+/* a bfloat16 is the top half of a float32: widened by a shift */
+INLINE vec load_kv(const kv_t *p) {
+    half_vec h;
+    memcpy(&h, p, sizeof h);
+    return (vec)(__builtin_convertvector(h, ivec) << 16);
+}
+INLINE float kv_float(kv_t x) {
+    const uint32_t bits = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+#else
+typedef float kv_t;
+#define MODULE_NAME "_paged_decode"
+#define MODULE_INIT PyInit__paged_decode
+INLINE vec load_kv(const kv_t *p) { return load(p); }
+INLINE float kv_float(kv_t x) { return x; }
+#endif
+
+/* Vector b of a row of D elements, in the order the row path keeps q and its accumulators in: a
+ * float32 row as it lies; a bfloat16 row whose D is a multiple of 32 in pairs (a 32-bit lane holds
+ * two bfloat16, the even element in its low half): vector 2g holds group g's even elements, 2g + 1
+ * its odd ones, each a shift or an AND of the same load, with no shuffle (load_kv's widening is one,
+ * on the port the lane sums use). */
+#ifdef KV_BF16
+#define PAIRED(D) ((D) % (2 * LANES) == 0)
+INLINE vec kv_lanes(const kv_t *row, long b) {
+    ivec u;
+    memcpy(&u, row + (b >> 1) * 2 * LANES, sizeof u);
+    return (vec)((b & 1) ? u & (int)0xffff0000 : u << 16);
+}
+#else
+#define PAIRED(D) 0
+INLINE vec kv_lanes(const kv_t *row, long b) { return load(row + b * LANES); }
+#endif
+/* where element d of a row sits in that order */
+INLINE long paired_at(long d) { return d / (2 * LANES) * 2 * LANES + d % 2 * LANES + d % (2 * LANES) / 2; }
+
 typedef struct {
     const float *q;         /* [n, heads, D], rows q_stride apart */
     long q_stride, heads, kv_heads, D;
-    const float *k, *v;     /* blocks of [block_size, kv_heads, D], each contiguous */
-    long k_block, v_block;  /* floats from one block to the next (>= block_size * kv_heads * D) */
+    const kv_t *k, *v;      /* blocks of [block_size, kv_heads, D], each contiguous */
+    long k_block, v_block;  /* elements from one block to the next (>= block_size * kv_heads * D) */
     long block_size;
     const int32_t *table;   /* [sequences, table_stride] */
     long table_stride;
@@ -101,14 +150,21 @@ static inline float softmax_chunk(float *s, long padded, float *m, float *l) {
     return rescale;
 }
 
-/* q . k over D floats: sixteen lanes of partial sums, then the lanes. */
-static inline float dot(const float *q, const float *k, const long D) {
+/* q . k over D elements: sixteen lanes of partial sums, then the lanes. */
+static inline float dot(const float *q, const kv_t *k, const long D) {
     vec part = {0};
     long d = 0;
-    for (; d + LANES <= D; d += LANES) part += load(q + d) * load(k + d);
+    for (; d + LANES <= D; d += LANES) part += load(q + d) * load_kv(k + d);
     float sum = lane_sum(part);
-    for (; d < D; d++) sum += q[d] * k[d];
+    for (; d < D; d++) sum += q[d] * kv_float(k[d]);
     return sum;
+}
+
+/* q . k with q in kv_lanes' order, D a multiple of 32 */
+static inline float dot_paired(const float *q, const kv_t *k, const long D) {
+    vec part = {0};
+    for (long b = 0; b < D / LANES; b++) part += load(q + b * LANES) * kv_lanes(k, b);
+    return lane_sum(part);
 }
 
 /* One work item: sequence i, kv heads [h0, h0 + H) and their H * G query
@@ -123,21 +179,27 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
     const int32_t *table = p->table + (p->rows ? p->rows[i] : i) * p->table_stride;
     const float *q = p->q + i * p->q_stride + h0 * G * D;
     float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HEAD], s[MAX_GROUP][KEYS];
-    const float *values[KEYS];
+    const kv_t *values[KEYS];
+    const int paired = PAIRED(D);  /* q and acc in kv_lanes' order */
+    float qp[paired ? QH * D : 1];
     for (long c = 0; c < QH; c++) {
         m[c] = -INFINITY, l[c] = 0.0f;
         for (long d = 0; d < D; d++) acc[c][d] = 0.0f;
+        if (paired)
+            for (long d = 0; d < D; d++) qp[c * D + paired_at(d)] = q[c * D + d];
     }
     for (long j0 = first; j0 < len; j0 += KEYS) {
         const long count = len - j0 < KEYS ? len - j0 : KEYS;
         for (long t = 0; t < count;) {  /* scores, a block run at a time: one table lookup per block */
             const long j = j0 + t, off = j % bs, run = bs - off < count - t ? bs - off : count - t;
             const long block = table[j / bs], at = off * row + h0 * D;
-            const float *key = p->k + block * p->k_block + at, *value = p->v + block * p->v_block + at;
+            const kv_t *key = p->k + block * p->k_block + at, *value = p->v + block * p->v_block + at;
             for (long u = 0; u < run; u++, t++, key += row, value += row) {
                 values[t] = value;
                 for (long d = 0; d < H * D; d += LANES) __builtin_prefetch(value + d);  /* read next */
-                for (long c = 0; c < QH; c++) s[c][t] = dot(q + c * D, key + c / G * D, D) * p->scale;
+                for (long c = 0; c < QH; c++)
+                    s[c][t] = (paired ? dot_paired(qp + c * D, key + c / G * D, D) : dot(q + c * D, key + c / G * D, D))
+                              * p->scale;
             }
         }
         if (p->cap > 0.0f)
@@ -156,10 +218,10 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
             for (long d = DV * LANES; d < D; d++) acc[c][d] *= rescale;
             for (long t = 0; t < count; t += U)
                 for (long u = 0; u < U && t + u < count; u++) {
-                    const float *value = values[t + u] + at;
+                    const kv_t *value = values[t + u] + at;
                     const vec w = splat(s[c][t + u]);
-                    for (long b = 0; b < DV; b++) a[u][b] += w * load(value + b * LANES);
-                    for (long d = DV * LANES; d < D; d++) acc[c][d] += s[c][t + u] * value[d];
+                    for (long b = 0; b < DV; b++) a[u][b] += w * (paired ? kv_lanes(value, b) : load_kv(value + b * LANES));
+                    for (long d = DV * LANES; d < D; d++) acc[c][d] += s[c][t + u] * kv_float(value[d]);
                 }
             for (long b = 0; b < DV; b++) {
                 for (long u = 1; u < U; u++) a[0][b] += a[u][b];
@@ -170,7 +232,7 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
     for (long c = 0; c < QH; c++) {
         float *o = p->out + i * p->out_stride + (h0 * G + c) * D;
         const float inv = l[c] > 0.0f ? 1.0f / l[c] : 0.0f;  /* no key (len 0): zeros, never NaN */
-        for (long d = 0; d < D; d++) o[d] = acc[c][d] * inv;
+        for (long d = 0; d < D; d++) o[d] = acc[c][paired ? paired_at(d) : d] * inv;
     }
 }
 
@@ -186,8 +248,8 @@ static inline __attribute__((always_inline)) void lay_keys(const problem *p, con
     for (long j = 0; j < padded; j++) {
         float *dst = kp + j / LANES * D * LANES + j % LANES;
         if (j < len) {
-            const float *key = p->k + table[j / bs] * p->k_block + (j % bs) * row + h * D;
-            for (long d = 0; d < D; d++) dst[d * LANES] = key[d];
+            const kv_t *key = p->k + table[j / bs] * p->k_block + (j % bs) * row + h * D;
+            for (long d = 0; d < D; d++) dst[d * LANES] = kv_float(key[d]);
         } else {
             for (long d = 0; d < D; d++) dst[d * LANES] = 0.0f;
         }
@@ -204,7 +266,7 @@ static inline __attribute__((always_inline)) void attend_run(const problem *p, l
     float Q[QT][MAX_HEAD] __attribute__((aligned(64))), acc[QT][MAX_HEAD] __attribute__((aligned(64)));
     float s[QT][TILE_KEYS] __attribute__((aligned(64))), m[QT], l[QT], rescale[QT];
     long lens[QT];
-    const float *values[TILE_KEYS];
+    const kv_t *values[TILE_KEYS];
     for (long r0 = 0; r0 < n; r0 += R) {
         const long here = n - r0 < R ? n - r0 : R;
         for (long c = 0; c < QT; c++) {  /* query c: row r0 + c / G (the last one again past the run), head c % G */
@@ -242,7 +304,7 @@ static inline __attribute__((always_inline)) void attend_run(const problem *p, l
                 vec a[QT];
                 for (long c = 0; c < QT; c++) a[c] = load(acc[c] + b * LANES) * rescale[c];
                 for (long t = 0; t < count; t++) {
-                    const vec value = load(values[t] + b * LANES);
+                    const vec value = load_kv(values[t] + b * LANES);
                     for (long c = 0; c < QT; c++) a[c] += s[c][t] * value;
                 }
                 for (long c = 0; c < QT; c++) __builtin_memcpy(acc[c] + b * LANES, &a[c], sizeof a[c]);
@@ -371,7 +433,7 @@ static int attend_all(const problem *p, long n) {
 
 /* decode(q, q_stride, n, heads, kv_heads, D, k, k_block, v, v_block, block_size, table, table_stride, seq_lens,
  *        out, out_stride, scale, window, cap, rows): addresses as ints (tensor.data_ptr(); rows 0 for none),
- *        k_block and v_block the pools' stride(0); the impl has checked shapes, strides and block ids
+ *        q and out float32, k_block and v_block the pools' stride(0); the impl has checked shapes, strides and block ids
  *        (mixboard.ops.paged.check_paged_inputs) before it calls. */
 static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -388,7 +450,7 @@ static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nar
     double scale = PyFloat_AsDouble(args[16]), cap = PyFloat_AsDouble(args[18]);
     if (PyErr_Occurred()) return NULL;
     problem p = {.q = (const float *)(intptr_t)v[0], .q_stride = v[1], .heads = v[3], .kv_heads = v[4], .D = v[5],
-                 .k = (const float *)(intptr_t)v[6], .v = (const float *)(intptr_t)v[8], .k_block = v[7],
+                 .k = (const kv_t *)(intptr_t)v[6], .v = (const kv_t *)(intptr_t)v[8], .k_block = v[7],
                  .v_block = v[9], .block_size = v[10], .table = (const int32_t *)(intptr_t)v[11],
                  .table_stride = v[12], .rows = (const int32_t *)(intptr_t)v[17],
                  .seq_lens = (const int32_t *)(intptr_t)v[13], .out = (float *)(intptr_t)v[14], .out_stride = v[15],
@@ -411,8 +473,8 @@ static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 /* write(k_cache, k_block, v_cache, v_block, block_size, slots, n, row, k, ldk, v, ldv): token i's k and v rows
- * (row floats: every kv head, contiguous) into cache slot slots[i] (int64; block * block_size + offset), blocks
- * k_block (v_block) floats apart. What write_kv does, without its dispatch (~10 us a layer of a decode step).
+ * (row elements of the cache's type: every kv head, contiguous) into cache slot slots[i] (int64; block *
+ * block_size + offset), blocks k_block (v_block) elements apart. What write_kv does, without its dispatch (~10 us a layer of a decode step).
  * The impl has checked the slots' blocks against the pool before it calls. */
 static PyObject *py_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -425,9 +487,9 @@ static PyObject *py_write(PyObject *self, PyObject *const *args, Py_ssize_t narg
         v[i] = PyLong_AsLongLong(args[i]);
         if (v[i] == -1 && PyErr_Occurred()) return NULL;
     }
-    float *kc = (float *)(intptr_t)v[0], *vc = (float *)(intptr_t)v[2];
+    kv_t *kc = (kv_t *)(intptr_t)v[0], *vc = (kv_t *)(intptr_t)v[2];
     const int64_t *slots = (const int64_t *)(intptr_t)v[5];
-    const float *k = (const float *)(intptr_t)v[8], *vv = (const float *)(intptr_t)v[10];
+    const kv_t *k = (const kv_t *)(intptr_t)v[8], *vv = (const kv_t *)(intptr_t)v[10];
     const long k_block = v[1], v_block = v[3], bs = v[4], n = v[6], row = v[7], ldk = v[9], ldv = v[11];
     if (bs <= 0 || k_block < bs * row || v_block < bs * row) {
         PyErr_SetString(PyExc_ValueError, "write(): block size out of range, or blocks closer than a block apart");
@@ -435,8 +497,8 @@ static PyObject *py_write(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     for (long i = 0; i < n; i++) {
         const long block = slots[i] / bs, at = slots[i] % bs * row;
-        memcpy(kc + block * k_block + at, k + i * ldk, row * sizeof(float));
-        memcpy(vc + block * v_block + at, vv + i * ldv, row * sizeof(float));
+        memcpy(kc + block * k_block + at, k + i * ldk, row * sizeof(kv_t));
+        memcpy(vc + block * v_block + at, vv + i * ldv, row * sizeof(kv_t));
     }
     Py_RETURN_NONE;
 }
@@ -444,17 +506,17 @@ static PyObject *py_write(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_FASTCALL,
      "decode(q, q_stride, n, heads, kv_heads, D, k, k_block, v, v_block, block_size, table, table_stride, seq_lens, "
-     "out, out_stride, scale, window, cap, rows): attention of query rows over the paged cache (addresses as ints, "
-     "k_block and v_block the pools' block strides in floats)."},
+     "out, out_stride, scale, window, cap, rows): attention of float32 query rows over the paged cache (addresses "
+     "as ints, k_block and v_block the pools' block strides in elements)."},
     {"write", (PyCFunction)(void (*)(void))py_write, METH_FASTCALL,
      "write(k_cache, k_block, v_cache, v_block, block_size, slots, n, row, k, ldk, v, ldv): the step's k and v rows "
-     "into their cache slots (addresses as ints, block strides in floats)."},
+     "into their cache slots (addresses as ints, block strides in elements)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_paged_decode", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__paged_decode(void) {
+PyMODINIT_FUNC MODULE_INIT(void) {
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "MAX_GROUP", MAX_GROUP) < 0
               || PyModule_AddIntConstant(m, "MAX_HEAD", MAX_HEAD) < 0)) {

@@ -1,10 +1,11 @@
 """``sdpa_cpu``: ``sdpa`` with decodes and causal prefills that read the paged cache in place.
 
-On a CPU in float32 the attention of a step is the C kernel's
-(``_paged_decode.c``): each query row (a decode, or a prompt's token) reads
-the keys it sees from their cache blocks instead of a gathered copy;
-bidirectional layers' prefills are ``sdpa``'s. This module is what listing
-and selection read; it imports neither torch nor the kernel.
+On a CPU in float32 or bfloat16 the attention of a step is the C kernel's
+(``_paged_decode.c``, built once per cache dtype): each query row (a decode,
+or a prompt's token) reads the keys it sees from their cache blocks instead
+of a gathered copy; bidirectional layers' prefills are ``sdpa``'s. This
+module is what listing and selection read; it imports neither torch nor the
+kernel.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ from functools import lru_cache, partial
 
 from mixboard import Backend, compiled_kernels
 
-from .declarations import MAX_GROUP, MAX_HEAD_SIZE, SDPA_CPU
+from .declarations import KERNELS, MAX_GROUP, MAX_HEAD_SIZE, SDPA_CPU
 
 INSTALL_HINT = "reinstall mixboard-sdpa where a C compiler with OpenMP (gcc) is present, to build it"
 
 
 @lru_cache(maxsize=None)
-def kernel_unusable() -> str | None:
-    """Why the kernel cannot serve (mixboard.compiled_kernels); None when it can."""
-    return compiled_kernels.kernel_unusable("mixboard_sdpa._paged_decode")
+def kernel_unusable(dtype: str = "float32") -> str | None:
+    """Why the kernel for a ``dtype`` cache cannot serve (mixboard.compiled_kernels); None when it can."""
+    # the bfloat16 build's source includes the float32 one's
+    return compiled_kernels.kernel_unusable(KERNELS[dtype], includes=("_paged_decode.c",) if dtype != "float32" else ())
 
 
 class SdpaCpuAttention(Backend):
@@ -30,8 +32,8 @@ class SdpaCpuAttention(Backend):
     @classmethod
     def check(cls, spec, env):
         reasons = []
-        if problem := kernel_unusable():
-            reasons.append(f"its compiled kernel mixboard_sdpa._paged_decode {problem} ({INSTALL_HINT})")
+        if spec.dtype in KERNELS and (problem := kernel_unusable(spec.dtype)):  # other dtypes: the declaration's
+            reasons.append(f"its compiled kernel {KERNELS[spec.dtype]} {problem} ({INSTALL_HINT})")
         if spec.num_heads // spec.num_kv_heads > MAX_GROUP:
             reasons.append(f"{spec.num_heads // spec.num_kv_heads} query heads per kv head; the kernel takes up to "
                            f"{MAX_GROUP}")

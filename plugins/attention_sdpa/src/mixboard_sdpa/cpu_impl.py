@@ -2,18 +2,21 @@
 prefills run by the paged kernel (``_paged_decode.c``) straight from the
 cache blocks. The kernel takes each pool's block stride, so blocks that sit
 in larger pages (an engine's hybrid cache) are read and written in place
-too."""
+too. A bfloat16 layer's cache is read by the kernel's bfloat16 build, in
+place; its query rows go in, and its output rows come out, as float32
+copies (a step's rows, small beside the keys they read)."""
 
 from __future__ import annotations
+
+import importlib
 
 import torch
 
 from mixboard.ops.checks import record_stride
 
+from .declarations import KERNELS
 from .impl import SdpaAttentionImpl
 from .meta import SdpaMeta
-
-from . import _paged_decode  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
 
 
 class SdpaCpuAttentionImpl(SdpaAttentionImpl):
@@ -22,6 +25,8 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
     def __init__(self, spec):
         super().__init__(spec)
         self._scale, self._soft_cap = float(self.scale), float(spec.logits_soft_cap or 0.0)  # the kernel's doubles
+        # the build for this layer's cache dtype; imported after torch, so it shares torch's OpenMP runtime
+        self._kernel = importlib.import_module(KERNELS[spec.dtype])
 
     def _write(self, k_cache, v_cache, meta: SdpaMeta, k, v) -> None:
         row = self.spec.num_kv_heads * self.spec.head_size
@@ -33,9 +38,9 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
         if not (k.stride(2) == v.stride(2) == 1 and k.stride(1) == v.stride(1) == self.spec.head_size
                 and slots.is_contiguous()):
             return super()._write(k_cache, v_cache, meta, k, v)
-        _paged_decode.write(k_cache.data_ptr(), self._blocks[0], v_cache.data_ptr(), self._blocks[1],
-                            k_cache.shape[1], slots.data_ptr(), k.shape[0], row, k.data_ptr(), k.stride(0),
-                            v.data_ptr(), v.stride(0))
+        self._kernel.write(k_cache.data_ptr(), self._blocks[0], v_cache.data_ptr(), self._blocks[1],
+                           k_cache.shape[1], slots.data_ptr(), k.shape[0], row, k.data_ptr(), k.stride(0),
+                           v.data_ptr(), v.stride(0))
 
     def _decodes(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor,
                  meta: SdpaMeta) -> None:
@@ -57,13 +62,19 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
         """Rows ``first`` .. ``first + count`` of ``q`` into the same rows of ``out`` (by address: a
         view per call would cost more than the arithmetic, at one decode a step)."""
         spec = self.spec
+        if q.dtype != torch.float32:  # the kernel's q and out are float32 whatever the cache's dtype
+            rows = slice(first, first + count)
+            out32 = torch.empty((count, *out.shape[1:]), dtype=torch.float32, device=out.device)
+            self._attend(q[rows].float(), 0, count, k_cache, v_cache, out32, table, seq_lens, table_rows)
+            out[rows].copy_(out32)
+            return
         if q.stride(2) != 1 or q.stride(1) != spec.head_size:
             q = q.contiguous()
         size = q.element_size()  # out has q's dtype (impl.py: rows of H * D)
         # int32 and contiguous: CommonBatchMetadata and build_meta make them so
-        _paged_decode.decode(q.data_ptr() + first * q.stride(0) * size, q.stride(0), count, spec.num_heads,
-                             spec.num_kv_heads, spec.head_size, k_cache.data_ptr(), self._blocks[0],
-                             v_cache.data_ptr(), self._blocks[1], k_cache.shape[1], table.data_ptr(), table.stride(0),
-                             seq_lens.data_ptr(), out.data_ptr() + first * out.stride(0) * size, out.stride(0),
-                             self._scale, self.window or 0, self._soft_cap,
-                             0 if table_rows is None else table_rows.data_ptr())
+        self._kernel.decode(q.data_ptr() + first * q.stride(0) * size, q.stride(0), count, spec.num_heads,
+                            spec.num_kv_heads, spec.head_size, k_cache.data_ptr(), self._blocks[0],
+                            v_cache.data_ptr(), self._blocks[1], k_cache.shape[1], table.data_ptr(), table.stride(0),
+                            seq_lens.data_ptr(), out.data_ptr() + first * out.stride(0) * size, out.stride(0),
+                            self._scale, self.window or 0, self._soft_cap,
+                            0 if table_rows is None else table_rows.data_ptr())

@@ -5,6 +5,8 @@ from mixboard import Declaration, Option
 
 MAX_GROUP = 64  # query heads per kv head (the C kernel's stack arrays: _paged_decode.c)
 MAX_HEAD_SIZE = 256
+# sdpa_cpu's kernel, built once per cache dtype (the layer's: attention's state contract)
+KERNELS = {"float32": "mixboard_sdpa._paged_decode", "bfloat16": "mixboard_sdpa._paged_decode_bf16"}
 
 PLUGIN = Declaration(kind="attention", api_version=1)  # what both backends share
 
@@ -28,9 +30,9 @@ SDPA_CPU = PLUGIN(
     name="sdpa_cpu",
     priority=20,  # above sdpa, which serves everything this does not
     devices=("cpu",),
-    dtypes=("float32",),
+    dtypes=("float32", "bfloat16"),
     capture="uniform_decode",  # a step of decodes reads only the metadata's tensors (its prefills are planned in ints)
     description=("sdpa with decodes and causal prefills in a C kernel that reads the paged cache in place "
-                 f"(no gather); CPU, float32, up to {MAX_GROUP} query heads per kv head, head size up to "
-                 f"{MAX_HEAD_SIZE}"),
+                 f"(no gather; float32 arithmetic); CPU, float32 or bfloat16, up to {MAX_GROUP} query heads per "
+                 f"kv head, head size up to {MAX_HEAD_SIZE}"),
 )
