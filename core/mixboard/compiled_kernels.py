@@ -25,7 +25,7 @@ def kernel_unusable(module: str, includes: tuple[str, ...] = ()) -> str | None:
         try:
             stale = source.stat().st_mtime > built.stat().st_mtime
         except OSError:  # an installed wheel ships its build alone: nothing to compare with
-            return None
+            continue
         if stale:
             return f"was built before its source {source.name} last changed"
     return None

@@ -107,5 +107,23 @@ def test_a_build_older_than_a_source_its_source_includes_is_refused(monkeypatch,
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "pkg._k_bf16" else real(name, *a))
     assert kernel_unusable("pkg._k_bf16") is None
     assert kernel_unusable("pkg._k_bf16", includes=("_k.c",)) == "was built before its source _k.c last changed"
+    own.unlink()  # a source that is not there is not compared; the others still are
+    assert kernel_unusable("pkg._k_bf16", includes=("_k.c",)) == "was built before its source _k.c last changed"
     os.utime(included, (1_000, 1_000))
     assert kernel_unusable("pkg._k_bf16", includes=("_k.c",)) is None
+
+
+def test_sdpa_cpus_bfloat16_build_is_refused_when_the_source_it_includes_changed(monkeypatch, tmp_path):
+    compiled = "mixboard_sdpa._paged_decode_bf16"
+    built = tmp_path / "_paged_decode_bf16.cpython-311-x86_64-linux-gnu.so"
+    own, included = tmp_path / "_paged_decode_bf16.c", tmp_path / "_paged_decode.c"
+    for path in (built, own, included):
+        path.write_bytes(b"")
+    os.utime(own, (1_000, 1_000))
+    os.utime(built, (1_000_000, 1_000_000))
+    found = importlib.machinery.ModuleSpec(compiled, None, origin=str(built))
+    spec = AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16")
+    chosen, reasons = select_finding(monkeypatch, "mixboard_sdpa.cpu_backend", compiled, found, "attention", spec)
+    assert chosen == "sdpa"
+    assert any(f"its compiled kernel {compiled} was built before its source _paged_decode.c last changed" in r
+               for r in reasons), reasons

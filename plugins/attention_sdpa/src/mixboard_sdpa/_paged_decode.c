@@ -59,13 +59,14 @@
 #ifdef KV_BF16
 typedef uint16_t kv_t;
 typedef uint16_t half_vec __attribute__((vector_size(32)));  /* sixteen bfloat16 */
+typedef uint32_t bits_vec __attribute__((vector_size(64)));  /* sixteen 32-bit lanes, shifted unsigned */
 #define MODULE_NAME "_paged_decode_bf16"
 #define MODULE_INIT PyInit__paged_decode_bf16
 /* a bfloat16 is the top half of a float32: widened by a shift */
 INLINE vec load_kv(const kv_t *p) {
     half_vec h;
     memcpy(&h, p, sizeof h);
-    return (vec)(__builtin_convertvector(h, ivec) << 16);
+    return (vec)(__builtin_convertvector(h, bits_vec) << 16);
 }
 INLINE float kv_float(kv_t x) {
     const uint32_t bits = (uint32_t)x << 16;
@@ -89,9 +90,9 @@ INLINE float kv_float(kv_t x) { return x; }
 #ifdef KV_BF16
 #define PAIRED(D) ((D) % (2 * LANES) == 0)
 INLINE vec kv_lanes(const kv_t *row, long b) {
-    ivec u;
+    bits_vec u;
     memcpy(&u, row + (b >> 1) * 2 * LANES, sizeof u);
-    return (vec)((b & 1) ? u & (int)0xffff0000 : u << 16);
+    return (vec)((b & 1) ? u & 0xffff0000u : u << 16);
 }
 #else
 #define PAIRED(D) 0

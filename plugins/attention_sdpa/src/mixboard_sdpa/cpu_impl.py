@@ -4,7 +4,8 @@ cache blocks. The kernel takes each pool's block stride, so blocks that sit
 in larger pages (an engine's hybrid cache) are read and written in place
 too. A bfloat16 layer's cache is read by the kernel's bfloat16 build, in
 place; its query rows go in, and its output rows come out, as float32
-copies (a step's rows, small beside the keys they read)."""
+copies (a decode step's are small beside the keys they read; a long
+prompt's are twice q's size again, for the call)."""
 
 from __future__ import annotations
 
