@@ -91,17 +91,24 @@ def test_an_installed_wheel_without_its_source_is_taken_as_built(monkeypatch, tm
     assert kernel_unusable("mixboard_no_such_kernel") == "is not built"
 
 
+def built_after_its_source_before_an_include(folder, module: str, included: str):
+    """In ``folder``: the build of ``module``, its own source older than it and the source it includes
+    newer (as after a pull that changed only the included file). Returns (build, own, included) paths."""
+    stem = module.rpartition(".")[2]
+    paths = folder / f"{stem}.cpython-311-x86_64-linux-gnu.so", folder / f"{stem}.c", folder / included
+    for path in paths:
+        path.write_bytes(b"")
+    os.utime(paths[1], (1_000, 1_000))
+    os.utime(paths[0], (1_000_000, 1_000_000))
+    return paths
+
+
 def test_a_build_older_than_a_source_its_source_includes_is_refused(monkeypatch, tmp_path):
     """sdpa_cpu's bfloat16 build is _paged_decode.c included by _paged_decode_bf16.c: a change to
     the included file leaves that build stale too."""
     from mixboard.compiled_kernels import kernel_unusable
 
-    built = tmp_path / "_k_bf16.cpython-311-x86_64-linux-gnu.so"
-    own, included = tmp_path / "_k_bf16.c", tmp_path / "_k.c"
-    for path in (built, own, included):
-        path.write_bytes(b"")
-    os.utime(own, (1_000, 1_000))
-    os.utime(built, (1_000_000, 1_000_000))
+    built, own, included = built_after_its_source_before_an_include(tmp_path, "pkg._k_bf16", "_k.c")
     real = importlib.util.find_spec
     spec = importlib.machinery.ModuleSpec("pkg._k_bf16", None, origin=str(built))
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "pkg._k_bf16" else real(name, *a))
@@ -115,12 +122,7 @@ def test_a_build_older_than_a_source_its_source_includes_is_refused(monkeypatch,
 
 def test_sdpa_cpus_bfloat16_build_is_refused_when_the_source_it_includes_changed(monkeypatch, tmp_path):
     compiled = "mixboard_sdpa._paged_decode_bf16"
-    built = tmp_path / "_paged_decode_bf16.cpython-311-x86_64-linux-gnu.so"
-    own, included = tmp_path / "_paged_decode_bf16.c", tmp_path / "_paged_decode.c"
-    for path in (built, own, included):
-        path.write_bytes(b"")
-    os.utime(own, (1_000, 1_000))
-    os.utime(built, (1_000_000, 1_000_000))
+    built, _, _ = built_after_its_source_before_an_include(tmp_path, compiled, "_paged_decode.c")
     found = importlib.machinery.ModuleSpec(compiled, None, origin=str(built))
     spec = AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16")
     chosen, reasons = select_finding(monkeypatch, "mixboard_sdpa.cpu_backend", compiled, found, "attention", spec)
