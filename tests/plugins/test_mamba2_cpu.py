@@ -236,7 +236,68 @@ def test_listed_with_reasons_where_it_cannot_serve():
     cpu = simulate("cpu")
     spec = SPECS["groups"]
     assert reasons_against(Mamba2Cpu, spec, cpu) == ()
-    assert any("state_dtype bfloat16" in r for r in reasons_against(Mamba2Cpu, small_spec(state_dtype="bfloat16"), cpu))
-    assert reasons_against(Mamba2Cpu, small_spec(dtype="bfloat16"), cpu)  # float32 only
+    # the SSM state in float32 only; the conv state in float32 or bfloat16 (vLLM's bfloat16 layout)
+    (reason,) = reasons_against(Mamba2Cpu, small_spec(dtype="bfloat16"), cpu)
+    assert "SSM state in float32; the layer keeps it in bfloat16 (state_dtype)" in reason, reason
+    assert reasons_against(Mamba2Cpu, small_spec(dtype="bfloat16", state_dtype="float32",
+                                                 conv_state_dtype="bfloat16"), cpu) == ()
+    (reason,) = reasons_against(Mamba2Cpu, small_spec(state_dtype="float32", conv_state_dtype="float16"), cpu)
+    assert "float32 or bfloat16; the layer keeps it in float16 (conv_state_dtype)" in reason, reason
+    assert reasons_against(Mamba2Cpu, small_spec(dtype="float16", state_dtype="float32"), cpu)  # not declared
     assert any("cpu" in r for r in reasons_against(Mamba2Cpu, spec, simulate("cuda", "9.0")))
     assert isinstance(spec, Mamba2Spec)
+
+
+BF16_SPECS = {  # vLLM's bfloat16 layout (conv state bfloat16, SSM state float32), and the runner's with state_dtype
+    "vllm_profile": small_spec(num_heads=8, head_dim=64, d_state=16, n_groups=1, chunk_size=16, dtype="bfloat16",
+                               state_dtype="float32", conv_state_dtype="bfloat16"),
+    "sizes_off_lanes": small_spec(num_heads=3, head_dim=20, d_state=5, n_groups=1, dtype="bfloat16",
+                                  state_dtype="float32", conv_state_dtype="bfloat16"),
+    "conv_state_float32": small_spec(dtype="bfloat16", state_dtype="float32"),
+}
+
+
+@pytest.mark.parametrize("name", BF16_SPECS)
+def test_bfloat16_layers_run_the_kernels_and_match_mamba2_torch(monkeypatch, name):
+    """A bfloat16 layer (bfloat16 weights and inputs, SSM state float32): every part runs in C (each kernel
+    counted), summed in float32 as mamba2_torch sums it. Steps of decodes with prefills, then decodes alone:
+    the conv pools equal mamba2_torch's bit for bit (they hold the raw bfloat16 inputs), the SSM pools agree
+    to float32 rounding, the outputs to a bfloat16 rounding; and both stay near the float64 oracle."""
+    from mixboard_mamba2 import _decode, _prefill, cpu_impl
+    from mixboard_mamba2.torch_backend import Mamba2Torch
+
+    spec = BF16_SPECS[name]
+    calls = []
+
+    def counted(name, kernel):
+        return lambda *args: (calls.append(name), kernel(*args))[1]
+
+    conv_kernel = "conv_bf16" if spec.conv_dtype == "bfloat16" else "conv"
+    monkeypatch.setitem(cpu_impl.CONV_OVER, getattr(torch, spec.conv_dtype),
+                        counted(conv_kernel, getattr(_prefill, conv_kernel)))
+    for module, kernel in ((_prefill, "ssd"), (_prefill, "gated_norm"), (_decode, "step")):
+        monkeypatch.setattr(module, kernel, counted(kernel, getattr(module, kernel)))
+
+    weights = random_weights(spec, seed=8, dtype=torch.bfloat16)
+    ours, torchs, theirs = fresh_state(spec, 12), fresh_state(spec, 12), fresh_state(spec, 12)
+    gen = torch.Generator().manual_seed(9)
+    for pool, values in ours.items():
+        values.copy_(torch.randn(values.shape, generator=gen))
+        torchs[pool].copy_(values)
+        theirs[pool].copy_(values)
+    assert (ours["conv"].dtype, ours["ssm"].dtype) == (getattr(torch, spec.conv_dtype), torch.float32)
+    runners = Runner(Mamba2Cpu, spec, weights), Runner(Mamba2Torch, spec, weights), OracleRunner(spec, weights)
+    steps = (([1, 1, 70, 5], [4, 9, 0, 12], [5, 1, 0, 7]), ([1, 1, 1, 1], [5, 10, 70, 17], [5, 1, 0, 7]),
+             ([1, 1, 1, 1], [6, 11, 71, 18], [5, 1, 0, 7]))
+    for step, (query, context, slots) in enumerate(steps):
+        inputs = random_inputs(spec, sum(query), seed=20 + step, dtype=torch.bfloat16)
+        got, chunked, exact = (run(inputs, pools, query, context, slots)
+                               for run, pools in zip(runners, (ours, torchs, theirs)))
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got, chunked, atol=2e-2, rtol=1e-2)  # a bfloat16 ulp near the outputs' size
+        torch.testing.assert_close(got.float(), exact.float(), atol=5e-2, rtol=2e-2)
+        assert torch.equal(ours["conv"], torchs["conv"])
+        torch.testing.assert_close(ours["ssm"], torchs["ssm"], atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(ours["ssm"], theirs["ssm"].float(), atol=2e-4, rtol=1e-4)
+    per_step = {"mixed": [conv_kernel, "step", "ssd", "gated_norm"], "decodes": [conv_kernel, "step", "gated_norm"]}
+    assert calls == per_step["mixed"] + per_step["decodes"] * 2, calls

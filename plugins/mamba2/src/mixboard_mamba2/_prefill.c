@@ -270,7 +270,8 @@ static PyObject *py_ssd(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * the positions before its first token from its slot's state (zeros when it has no context); the
  * slot then holds its last W - 1 inputs. Work items: (sequence, 64 channels); sixteen channels go
  * through the sequence's tokens at a time with their window in registers. (A token's 256 channels at
- * a time, windows in L1, measured 15-20 % slower.) */
+ * a time, windows in L1, measured 15-20 % slower.) The pool is float32 (conv) or bfloat16 (conv_bf16:
+ * vLLM keeps a bfloat16 model's conv states so); the sums are float32 either way. */
 #define CONV_BLOCK 64
 #define MAX_WIDTH 8
 
@@ -279,7 +280,8 @@ typedef struct {
     long ldx, D, W;
     const float *wt;      /* [W, D]: the conv weight transposed */
     const float *bias;    /* [D] or NULL */
-    float *pool;          /* records [D, W - 1], each contiguous, stride floats apart */
+    void *pool;           /* records [D, W - 1], each contiguous, stride elements apart */
+    int pool_bf16;        /* the pool's elements: bfloat16 (1) or float32 (0) */
     long stride;          /* >= D * (W - 1): an engine may lay records in larger pages */
     float *out;           /* [T, D], rows ldo apart */
     long ldo;
@@ -289,22 +291,52 @@ typedef struct {
 
 INLINE vec silu(vec v) { return v * sigmoid(v); }
 
+/* bfloat16 is float32's upper half: widening is exact; narrowing rounds to nearest even as torch does
+ * (a NaN stays a quiet NaN). The conv states hold raw inputs, already bfloat16 in a bfloat16 model. */
+INLINE float widen(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+INLINE uint16_t narrow(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* Element e of a record as float (zero for a sequence without context); and the converse store. */
+INLINE float state_get(const conv_args *a, const void *record, long e) {
+    return a->pool_bf16 ? widen(((const uint16_t *)record)[e]) : ((const float *)record)[e];
+}
+
+INLINE void state_put(const conv_args *a, void *record, long e, float v) {
+    if (a->pool_bf16)
+        ((uint16_t *)record)[e] = narrow(v);
+    else
+        ((float *)record)[e] = v;
+}
+
 INLINE void conv_width(const conv_args *a, long i, long c0, const long W) {
     const long keep = W - 1, first = a->seqs[4 * i], end = a->seqs[4 * i + 1];
     const int context = a->seqs[4 * i + 3] != 0;
-    float *state = a->pool + a->seqs[4 * i + 2] * a->stride;
+    const long element = a->pool_bf16 ? 2 : 4;
+    char *record = (char *)a->pool + a->seqs[4 * i + 2] * a->stride * element;
+    float *state = (float *)record;  /* read as such only where the pool is float32 */
     for (long c = c0; c < c0 + CONV_BLOCK && c < a->D; c += LANES) {
         const long cc = a->D - c < LANES ? a->D - c : LANES;
         vec w[MAX_WIDTH], window[MAX_WIDTH];  /* window[k]: the input keep - k tokens back */
         for (long k = 0; k < W; k++) w[k] = load_n(a->wt + k * a->D + c, cc);
         const vec b = a->bias ? load_n(a->bias + c, cc) : splat(0.0f);
-        if (context && cc == LANES) {
+        if (context && cc == LANES && !a->pool_bf16) {
             load_interleaved(state + c * keep, window, keep);
         } else {
             for (long k = 0; k < keep; k++) {
                 float t[LANES] = {0};
                 if (context)
-                    for (long j = 0; j < cc; j++) t[j] = state[(c + j) * keep + k];
+                    for (long j = 0; j < cc; j++) t[j] = state_get(a, record, (c + j) * keep + k);
                 window[k] = load(t);
             }
         }
@@ -316,13 +348,13 @@ INLINE void conv_width(const conv_args *a, long i, long c0, const long W) {
             if (keep) window[keep - 1] = v;
             put_n(a->out + t * a->ldo + c, silu(acc), cc);
         }
-        if (cc == LANES) {
+        if (cc == LANES && !a->pool_bf16) {
             put_interleaved(state + c * keep, window, keep);
         } else {
             for (long k = 0; k < keep; k++) {
                 float t[LANES];
                 put(t, window[k]);
-                for (long j = 0; j < cc; j++) state[(c + j) * keep + k] = t[j];
+                for (long j = 0; j < cc; j++) state_put(a, record, (c + j) * keep + k, t[j]);
             }
         }
     }
@@ -338,8 +370,7 @@ CLONES static void conv_block(const conv_args *a, long i, long c0) {
     }
 }
 
-static PyObject *py_conv(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
+static PyObject *conv_over(PyObject *const *args, Py_ssize_t nargs, int pool_bf16) {
     long long v[12];
     if (nargs != 12) {
         PyErr_SetString(PyExc_TypeError, "conv() takes 12 arguments");
@@ -351,7 +382,7 @@ static PyObject *py_conv(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     conv_args a = {.x = (const float *)(intptr_t)v[0], .ldx = v[1], .D = v[2], .W = v[3],
                    .wt = (const float *)(intptr_t)v[4], .bias = (const float *)(intptr_t)v[5],
-                   .pool = (float *)(intptr_t)v[6], .stride = v[7], .out = (float *)(intptr_t)v[8], .ldo = v[9],
+                   .pool = (void *)(intptr_t)v[6], .pool_bf16 = pool_bf16, .stride = v[7], .out = (float *)(intptr_t)v[8], .ldo = v[9],
                    .seqs = (const int64_t *)(intptr_t)v[10], .n = v[11]};
     if (a.D <= 0 || a.W < 1 || a.W > MAX_WIDTH || a.n < 0 || a.stride < a.D * (a.W - 1)) {
         PyErr_Format(PyExc_ValueError, "conv(): channels or width out of range (width 1 to %d), or records closer "
@@ -364,6 +395,16 @@ static PyObject *py_conv(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     for (long w = 0; w < work; w++) conv_block(&a, w / blocks, (w % blocks) * CONV_BLOCK);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
+}
+
+static PyObject *py_conv(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return conv_over(args, nargs, 0);
+}
+
+static PyObject *py_conv_bf16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return conv_over(args, nargs, 1);
 }
 
 /* gated_norm: out = rmsnorm((y + D x) * silu(z)) * weight, the mean of squares over groups of
@@ -429,6 +470,9 @@ static PyMethodDef methods[] = {
     {"conv", (PyCFunction)(void (*)(void))py_conv, METH_FASTCALL,
      "conv(x, ldx, D, W, wt, bias, pool, stride, out, ldo, seqs, n): the ragged causal conv + silu of a step, "
      "conv states read and written in the pool (addresses as ints, record stride in floats)."},
+    {"conv_bf16", (PyCFunction)(void (*)(void))py_conv_bf16, METH_FASTCALL,
+     "conv_bf16(x, ldx, D, W, wt, bias, pool, stride, out, ldo, seqs, n): conv over a bfloat16 pool (x, the "
+     "weights and out float32; record stride in bfloat16 elements)."},
     {"gated_norm", (PyCFunction)(void (*)(void))py_gated_norm, METH_FASTCALL,
      "gated_norm(y, ldy, x, ldx, D, z, ldz, weight, DI, group, eps, out, ldo, T): rmsnorm((y + D x) * "
      "silu(z)) * weight by groups (addresses as ints)."},

@@ -1,6 +1,7 @@
 """Backend ``mamba2_cpu``: ``mamba2_torch`` with its heavy passes in C.
 
-On a CPU in float32, four parts of a step run in one C call each
+On a CPU in float32 or bfloat16 (with the SSM state in float32, as vLLM
+keeps a bfloat16 model's), four parts of a step run in one C call each
 (``_prefill.c``): the ragged causal conv, the chunked scan of the prefills
 (one (sequence, head) at a time, its chunks in cache, instead of ssd.py's
 [heads, chunks, Q, Q] tensors) and the D skip with the gated RMSNorm; and
@@ -22,6 +23,7 @@ from .declarations import MAMBA2_CPU
 INSTALL_HINT = "reinstall mixboard-mamba2 where a C compiler with OpenMP (gcc) is present, to build it"
 
 
+CONV_STATE_DTYPES = ("float32", "bfloat16")  # _prefill.c's conv and conv_bf16
 KERNELS = ("mixboard_mamba2._prefill", "mixboard_mamba2._decode")  # built by the one setup.py
 
 
@@ -43,10 +45,12 @@ class Mamba2Cpu(Backend):
         reasons = []
         if problem := kernel_unusable():
             reasons.append(f"its compiled kernel {problem} ({INSTALL_HINT})")
-        for field in ("state_dtype", "conv_state_dtype"):
-            if getattr(spec, field) not in (None, "float32"):
-                reasons.append(f"the kernels keep the states in float32; the layer asks for {field} "
-                               f"{getattr(spec, field)}")
+        if spec.ssm_dtype != "float32":
+            reasons.append(f"the kernels keep the SSM state in float32; the layer keeps it in {spec.ssm_dtype} "
+                           "(state_dtype)")
+        if spec.conv_dtype not in CONV_STATE_DTYPES:
+            reasons.append(f"the conv kernel keeps its state in float32 or bfloat16; the layer keeps it in "
+                           f"{spec.conv_dtype} (conv_state_dtype)")
         return reasons
 
     @classmethod

@@ -7,7 +7,13 @@ state, where it lies in the pool). Where an input is not what a kernel
 reads (another dtype, a strided input row), that part is
 ``mamba2_torch``'s. Pools whose records sit in larger pages (an engine's
 hybrid cache) are not such a case: the kernels take each pool's record
-stride."""
+stride.
+
+In a bfloat16 layer the kernels sum in float32, as ``mamba2_torch`` does:
+the inputs they read (xBC, dt, z) are widened to float32 copies (a few KB
+a decode step), the conv reads and writes a bfloat16 conv pool in place
+(``conv_bf16``), the SSM pool is float32 (``check`` asks it), and the
+output is narrowed to bfloat16 once."""
 
 from __future__ import annotations
 
@@ -20,6 +26,9 @@ from .torch_impl import Mamba2TorchImpl
 from . import _decode, _prefill  # noqa: E402  (after torch: the kernels then share torch's OpenMP runtime)
 
 CONV_MAX_WIDTH = 8  # the conv kernel's window registers (_prefill.c's MAX_WIDTH)
+HALF = (torch.bfloat16, torch.float16)  # inputs the kernels read as float32 copies
+SERVED = (torch.float32, torch.bfloat16)  # the layer dtypes mamba2_cpu is declared for
+CONV_OVER = {torch.float32: _prefill.conv, torch.bfloat16: _prefill.conv_bf16}  # by the conv pool's dtype
 
 
 class Mamba2CpuImpl(Mamba2TorchImpl):
@@ -30,6 +39,8 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
 
     def _decodes(self, step, x, dt, weights, B, C, ssm_pool) -> torch.Tensor:
         # the pool's records are contiguous and a record or more apart: InputChecks holds it to the contract
+        if dt.dtype in HALF:
+            dt = dt.float()
         if not (ssm_pool.dtype == dt.dtype == torch.float32 and dt.stride(-1) == 1
                 and _row_contiguous(x) and _row_contiguous(B) and _row_contiguous(C) and B.stride(0) == C.stride(0)):
             return super()._decodes(step, x, dt, weights, B, C, ssm_pool)
@@ -49,8 +60,10 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
 
     def _conv(self, step, xBC, weights, conv_pool) -> torch.Tensor:
         # the pool's records are contiguous and a record or more apart: InputChecks holds it to the contract
-        if not (xBC.dtype == conv_pool.dtype == torch.float32 and xBC.stride(-1) == 1
-                and self.spec.d_conv <= CONV_MAX_WIDTH):
+        if xBC.dtype in HALF:
+            xBC = xBC.float()  # summed in float32, as mamba2_torch sums a half-precision conv
+        kernel = CONV_OVER.get(conv_pool.dtype)
+        if not (kernel and xBC.dtype == torch.float32 and xBC.stride(-1) == 1 and self.spec.d_conv <= CONV_MAX_WIDTH):
             return super()._conv(step, xBC, weights, conv_pool)
         if self._conv_for is None or self._conv_for[0] is not weights:
             bias = None if weights.conv_bias is None else weights.conv_bias.detach().float().contiguous()
@@ -59,7 +72,7 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         seqs = step.common.sequence_rows
         T, D = xBC.shape
         out = torch.empty(T, D)
-        _prefill.conv(xBC.data_ptr(), xBC.stride(0), D, self.spec.d_conv, wt.data_ptr(),
+        kernel(xBC.data_ptr(), xBC.stride(0), D, self.spec.d_conv, wt.data_ptr(),
                       0 if bias is None else bias.data_ptr(), conv_pool.data_ptr(),
                       record_stride(conv_pool, D * (self.spec.d_conv - 1)),
                       out.data_ptr(), D, seqs.data_ptr(), len(seqs))
@@ -80,8 +93,10 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
     def _output(self, y, x, z, weights, dtype) -> torch.Tensor:
         spec = self.spec
         # without the gated norm the D skip alone remains: mamba2_torch's one in-place addcmul over the step
-        if not (spec.gated_norm and dtype == z.dtype == torch.float32 and y.is_contiguous() and _row_contiguous(x)
-                and z.stride(-1) == 1):
+        if spec.gated_norm and z.dtype in HALF:
+            z = z.float()
+        if not (spec.gated_norm and dtype in SERVED and z.dtype == torch.float32 and y.is_contiguous()
+                and _row_contiguous(x) and z.stride(-1) == 1):
             return super()._output(y, x, z, weights, dtype)
         if self._norm_for is None or self._norm_for[0] is not weights:
             per_channel = weights.D.detach().float().repeat_interleave(spec.head_dim).contiguous()
@@ -92,7 +107,7 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         _prefill.gated_norm(y.data_ptr(), y.stride(0), x.data_ptr(), x.stride(0), D.data_ptr(), z.data_ptr(),
                             z.stride(0), norm.data_ptr(), DI, DI // spec.n_groups, float(spec.norm_eps),
                             out.data_ptr(), DI, T)
-        return out
+        return out if dtype == torch.float32 else out.to(dtype)
 
 
 def _row_contiguous(t: torch.Tensor) -> bool:

@@ -19,11 +19,11 @@ MAMBA2_CPU = PLUGIN(
     name="mamba2_cpu",
     priority=20,  # above mamba2_torch, which serves everything this does not
     devices=("cpu",),
-    dtypes=("float32",),
+    dtypes=("float32", "bfloat16"),  # bfloat16: summed in float32, the SSM state float32 (check)
     capture="never",  # its kernels walk CommonBatchMetadata.sequence_rows, made on first use
     description=("mamba2_torch with the causal conv, the prefills' SSD scan (one sequence and head at a time, "
                  "its chunks in cache), the decodes' state update (in place in the pool) and the gated norm "
-                 "in C; CPU, float32"),
+                 "in C; CPU, float32 and bfloat16 (SSM state in float32)"),
 )
 
 MAMBA2_TRITON = PLUGIN(
