@@ -26,6 +26,12 @@ index_copy_), the update ``mamba2_cpu`` ran before ``_decode.c``; both
 sides run the same conv and gated-norm kernels. Alternating in rounds on
 equal states, outputs compared; per-call medians of each round, reported
 as the median and range over rounds, with the load average before and after.
+
+    python benchmarks/kernels/bench_mamba2.py --cpu-decode --dtype bfloat16
+
+the same step in a bfloat16 layer laid out as vLLM lays it on a CPU with
+AVX512-BF16 (conv state bfloat16, SSM state float32): ``mamba2_torch``
+(what served it before ``mamba2_cpu`` took bfloat16) against ``mamba2_cpu``.
 """
 
 from __future__ import annotations
@@ -153,27 +159,37 @@ CPU_DECODE_SHAPES = {  # name: (heads, head_dim, d_state, n_groups)
 }
 
 
-def bench_cpu_decode(shape, rounds: int, batch: int = 16, records: int = 64, reps: int = 50):
-    """mamba2_cpu's decode step, its state update in C against mamba2_torch's (see the docstring)."""
+def bench_cpu_decode(shape, rounds: int, dtype: str, batch: int = 16, records: int = 64, reps: int = 50):
+    """mamba2_cpu's decode step, its state update in C against mamba2_torch's (float32), or mamba2_cpu
+    against mamba2_torch (bfloat16): see the docstring."""
     from mixboard_mamba2.cpu_backend import Mamba2Cpu
+    from mixboard_mamba2.torch_backend import Mamba2Torch
     from mixboard_mamba2.torch_impl import Mamba2TorchImpl
 
     H, P, N, G = shape
-    spec = Mamba2Spec(num_heads=H, head_dim=P, d_state=N, n_groups=G, d_conv=D_CONV)
+    layout = dict(state_dtype="float32", conv_state_dtype="bfloat16") if dtype == "bfloat16" else {}
+    spec = Mamba2Spec(num_heads=H, head_dim=P, d_state=N, n_groups=G, d_conv=D_CONV, dtype=dtype, **layout)
     gen = torch.Generator().manual_seed(0)
     weights = Mamba2Weights(conv_weight=torch.randn(spec.conv_dim, D_CONV, generator=gen) * 0.3,
                             conv_bias=torch.randn(spec.conv_dim, generator=gen) * 0.1,
                             dt_bias=torch.randn(H, generator=gen) * 0.5 - 2.0,
                             A=-torch.exp(torch.rand(H, generator=gen) * 2.0), D=torch.randn(H, generator=gen),
                             norm_weight=1.0 + 0.1 * torch.randn(spec.d_inner, generator=gen))
+    torch_dtype = getattr(torch, dtype)
+    if dtype != "float32":  # the checkpoint's weights in its dtype; A stays float32, as vLLM keeps it
+        weights = weights.replace(**{f: getattr(weights, f).to(torch_dtype)
+                                     for f in ("conv_weight", "conv_bias", "dt_bias", "D", "norm_weight")})
     proj = torch.randn(batch, spec.d_inner + spec.conv_dim + H, generator=gen)  # one in_proj output, split
-    z, xBC, dt = proj.split([spec.d_inner, spec.conv_dim, H], dim=-1)
+    z, xBC, dt = proj.to(torch_dtype).split([spec.d_inner, spec.conv_dim, H], dim=-1)
     env = simulate("cpu")
     slots = random.Random(0).sample(range(records), batch)  # as an engine hands them out: in no order
     meta = Mamba2Cpu.builder(spec, env)(CommonBatchMetadata.build([1] * batch, [64] * batch, slots, [[]] * batch, 16))
     after = build_impl(Mamba2Cpu, spec, env, "bench.mixer")
-    before = build_impl(Mamba2Cpu, spec, env, "bench.mixer")
-    before._decodes = Mamba2TorchImpl._decodes.__get__(before)  # mamba2_cpu as it was: mamba2_torch's update
+    if dtype == "float32":
+        before = build_impl(Mamba2Cpu, spec, env, "bench.mixer")
+        before._decodes = Mamba2TorchImpl._decodes.__get__(before)  # mamba2_cpu as it was: mamba2_torch's update
+    else:
+        before = build_impl(Mamba2Torch, spec, env, "bench.mixer")  # what served bfloat16 before
     states = {}
     for name in ("before", "after"):
         states[name], _ = allocate_in_pages(mamba2_state(spec), records, 16, "cpu")
@@ -181,8 +197,9 @@ def bench_cpu_decode(shape, rounds: int, batch: int = 16, records: int = 64, rep
             pool.copy_(torch.randn(pool.shape, generator=torch.Generator().manual_seed(1)))
     impls = {"before": before, "after": after}
     outs = {name: impls[name].forward(z, xBC, dt, weights, states[name], meta) for name in impls}
-    err = (outs["before"] - outs["after"]).abs().max().item()
-    assert err < 1e-4, f"{shape}: the two updates disagree by {err}"
+    err = (outs["before"].float() - outs["after"].float()).abs().max().item()
+    limit = 1e-4 if dtype == "float32" else 3e-2 * outs["before"].float().abs().max().item()  # bfloat16: an ulp or so
+    assert err < limit, f"{shape}: the two sides disagree by {err}"
     times: dict[str, list[float]] = {name: [] for name in impls}
     for r in range(rounds):
         for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
@@ -195,16 +212,18 @@ def bench_cpu_decode(shape, rounds: int, batch: int = 16, records: int = 64, rep
     return times, err
 
 
-def cpu_decode_main(rounds: int) -> None:
+def cpu_decode_main(rounds: int, dtype: str) -> None:
     load = os.getloadavg()[0]
-    print(f"mamba2_cpu decode step, 16 sequences on scattered slots of pools in pages; float32, "
+    layout = " (conv state bfloat16, SSM state float32)" if dtype == "bfloat16" else ""
+    print(f"mamba2_cpu decode step, 16 sequences on scattered slots of pools in pages; {dtype}{layout}, "
           f"{torch.get_num_threads()} thread(s), torch {torch.__version__}; {rounds} rounds alternating, "
           f"each the median of 50 calls; us: median (range over rounds)\n")
-    print("| layer shape | heads x head_dim, d_state, groups | before: mamba2_torch's update | after: _decode.c "
-          "| speed-up | max abs diff |")
+    sides = (("before: mamba2_torch's update", "after: _decode.c") if dtype == "float32"
+             else ("mamba2_torch", "mamba2_cpu"))
+    print(f"| layer shape | heads x head_dim, d_state, groups | {sides[0]} | {sides[1]} | speed-up | max abs diff |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for name, shape in CPU_DECODE_SHAPES.items():
-        times, err = bench_cpu_decode(shape, rounds)
+        times, err = bench_cpu_decode(shape, rounds, dtype)
         b, a = (statistics.median(times[k]) for k in ("before", "after"))
         span = {k: f"{min(t):,.0f}-{max(t):,.0f}" for k, t in times.items()}
         print(f"| {name} | {shape[0]} x {shape[1]}, {shape[2]}, {shape[3]} | {b:,.0f} ({span['before']}) "
@@ -218,11 +237,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="2, or 1 with --cpu-decode (a vLLM worker's)")
     parser.add_argument("--cpu-decode", action="store_true", help="mamba2_cpu's decode step before/after _decode.c")
     parser.add_argument("--rounds", type=int, default=15, help="with --cpu-decode")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="with --cpu-decode: bfloat16 compares mamba2_torch with mamba2_cpu in vLLM's layout")
     args = parser.parse_args()
+    if args.dtype != "float32" and not args.cpu_decode:
+        parser.error("--dtype bfloat16 goes with --cpu-decode (the transformers comparison runs float32)")
     torch.set_num_threads(args.threads or (1 if args.cpu_decode else 2))
     if args.cpu_decode:
         with torch.inference_mode():
-            cpu_decode_main(args.rounds)
+            cpu_decode_main(args.rounds, args.dtype)
         return
     torch.manual_seed(0)
     mixer, config = make_mixer()
