@@ -23,7 +23,7 @@ class TestSdpa(AttentionConformance):
 class TestSdpaCpu(AttentionConformance):
     backend = "sdpa_cpu"
     device = "cpu"
-    dtypes = ("float32",)  # all it declares
+    dtypes = ("float32", "bfloat16")  # all it declares
 
 
 class TestFlashAttn(AttentionConformance):
@@ -57,7 +57,7 @@ class TestMamba2Torch(Mamba2Conformance):
 class TestMamba2Cpu(Mamba2Conformance):
     backend = "mamba2_cpu"
     device = "cpu"
-    dtypes = ("float32",)  # all it declares
+    dtypes = ("float32", "bfloat16")  # all it declares (bfloat16: the cases with a float32 SSM state)
 
 
 class TestMamba2Triton(Mamba2Conformance):

@@ -248,21 +248,25 @@ def test_listed_with_reasons_where_it_cannot_serve():
     assert isinstance(spec, Mamba2Spec)
 
 
-BF16_SPECS = {  # vLLM's bfloat16 layout (conv state bfloat16, SSM state float32), and the runner's with state_dtype
+BF16_SPECS = {  # vLLM's bfloat16 layout (conv state bfloat16, SSM state float32); both states float32
     "vllm_profile": small_spec(num_heads=8, head_dim=64, d_state=16, n_groups=1, chunk_size=16, dtype="bfloat16",
                                state_dtype="float32", conv_state_dtype="bfloat16"),
     "sizes_off_lanes": small_spec(num_heads=3, head_dim=20, d_state=5, n_groups=1, dtype="bfloat16",
                                   state_dtype="float32", conv_state_dtype="bfloat16"),
     "conv_state_float32": small_spec(dtype="bfloat16", state_dtype="float32"),
+    "ungated": small_spec(num_heads=8, head_dim=64, d_state=16, n_groups=1, chunk_size=16, dtype="bfloat16",
+                          state_dtype="float32", conv_state_dtype="bfloat16", gated_norm=False),
 }
 
 
 @pytest.mark.parametrize("name", BF16_SPECS)
 def test_bfloat16_layers_run_the_kernels_and_match_mamba2_torch(monkeypatch, name):
-    """A bfloat16 layer (bfloat16 weights and inputs, SSM state float32): every part runs in C (each kernel
-    counted), summed in float32 as mamba2_torch sums it. Steps of decodes with prefills, then decodes alone:
-    the conv pools equal mamba2_torch's bit for bit (they hold the raw bfloat16 inputs), the SSM pools agree
-    to float32 rounding, the outputs to a bfloat16 rounding; and both stay near the float64 oracle."""
+    """A bfloat16 layer (bfloat16 weights and inputs, SSM state float32), its pools laid in larger pages
+    as vLLM lays them: every part runs in C (each kernel counted; "ungated": no norm, the D skip
+    mamba2_torch's), summed in float32 as mamba2_torch sums it. Steps of decodes with prefills, then
+    decodes alone: the conv pools equal mamba2_torch's bit for bit (they hold the raw bfloat16 inputs),
+    the SSM pools agree to float32 rounding, the outputs to a bfloat16 rounding; both stay near the
+    float64 oracle; the bytes between records stay as they were."""
     from mixboard_mamba2 import _decode, _prefill, cpu_impl
     from mixboard_mamba2.torch_backend import Mamba2Torch
 
@@ -279,7 +283,13 @@ def test_bfloat16_layers_run_the_kernels_and_match_mamba2_torch(monkeypatch, nam
         monkeypatch.setattr(module, kernel, counted(kernel, getattr(module, kernel)))
 
     weights = random_weights(spec, seed=8, dtype=torch.bfloat16)
-    ours, torchs, theirs = fresh_state(spec, 12), fresh_state(spec, 12), fresh_state(spec, 12)
+    inputs = lambda tokens, seed: random_inputs(spec, tokens, seed=seed, dtype=torch.bfloat16)  # noqa: E731
+    if not spec.gated_norm:
+        spec, weights, _ = ungated(spec, weights, inputs(1, 0))
+        inputs = lambda tokens, seed: ungated(spec, weights, random_inputs(spec, tokens, seed=seed,  # noqa: E731
+                                                                           dtype=torch.bfloat16))[2]
+    ours, pages = allocate_in_pages(mamba2_state(spec), 12, 16, "cpu")
+    torchs, theirs = fresh_state(spec, 12), fresh_state(spec, 12)
     gen = torch.Generator().manual_seed(9)
     for pool, values in ours.items():
         values.copy_(torch.randn(values.shape, generator=gen))
@@ -290,8 +300,8 @@ def test_bfloat16_layers_run_the_kernels_and_match_mamba2_torch(monkeypatch, nam
     steps = (([1, 1, 70, 5], [4, 9, 0, 12], [5, 1, 0, 7]), ([1, 1, 1, 1], [5, 10, 70, 17], [5, 1, 0, 7]),
              ([1, 1, 1, 1], [6, 11, 71, 18], [5, 1, 0, 7]))
     for step, (query, context, slots) in enumerate(steps):
-        inputs = random_inputs(spec, sum(query), seed=20 + step, dtype=torch.bfloat16)
-        got, chunked, exact = (run(inputs, pools, query, context, slots)
+        tokens = inputs(sum(query), 20 + step)
+        got, chunked, exact = (run(tokens, pools, query, context, slots)
                                for run, pools in zip(runners, (ours, torchs, theirs)))
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got, chunked, atol=2e-2, rtol=1e-2)  # a bfloat16 ulp near the outputs' size
@@ -299,5 +309,35 @@ def test_bfloat16_layers_run_the_kernels_and_match_mamba2_torch(monkeypatch, nam
         assert torch.equal(ours["conv"], torchs["conv"])
         torch.testing.assert_close(ours["ssm"], torchs["ssm"], atol=2e-5, rtol=1e-5)
         torch.testing.assert_close(ours["ssm"], theirs["ssm"].float(), atol=2e-4, rtol=1e-4)
-    per_step = {"mixed": [conv_kernel, "step", "ssd", "gated_norm"], "decodes": [conv_kernel, "step", "gated_norm"]}
+    assert pages.changed() is None
+    norm = ["gated_norm"] if spec.gated_norm else []
+    per_step = {"mixed": [conv_kernel, "step", "ssd", *norm], "decodes": [conv_kernel, "step", *norm]}
     assert calls == per_step["mixed"] + per_step["decodes"] * 2, calls
+
+
+def test_a_bfloat16_conv_pool_rounds_as_torch_does():
+    """A float32 layer may keep its conv state in bfloat16 (conv_state_dtype): conv_bf16 narrows each
+    input it keeps. Width 2 keeps a sequence's last input: one token per sequence lands each crafted value
+    in the pool (ties at several exponents, the largest floats, infinities, subnormals, signed zeros,
+    random bit patterns), over a whole 16-channel block and a partial one; each must equal torch's
+    rounding. NaNs stay NaNs."""
+    from mixboard_mamba2 import _prefill
+
+    D = 21  # one block of 16 channels (vector narrowing) and 5 more (one at a time)
+    bits = [0x3F808000, 0x3F818000, 0x3F80FFFF, 0x3F817FFF, 0x7F7FFFFF, 0x7F7F8000, 0x7F7F7FFF, 0xFF7FFFFF,
+            0x7F800000, 0xFF800000, 0x00000001, 0x00008000, 0x00018000, 0x807FFFFF, 0x00000000, 0x80000000,
+            0x4B7FFFFF, 0xC0490FDB, 0x00400000, 0x3C008000, 0x3C018000]
+    gen = torch.Generator().manual_seed(4)
+    random_bits = torch.randint(0, 2**32, (40 * D,), generator=gen, dtype=torch.int64).tolist()
+    values = torch.tensor(bits + random_bits, dtype=torch.int64).to(torch.int32).view(torch.float32).view(-1, D)
+    n = values.shape[0]
+    pool = torch.zeros(n, D, 1, dtype=torch.bfloat16)
+    weight = torch.zeros(2, D)
+    out = torch.empty(n, D)
+    seqs = torch.tensor([[t, t + 1, t, 0] for t in range(n)], dtype=torch.int64)  # token t, fresh, slot t
+    _prefill.conv_bf16(values.data_ptr(), D, D, 2, weight.data_ptr(), 0, pool.data_ptr(), D, out.data_ptr(), D,
+                       seqs.data_ptr(), n)
+    want = values.to(torch.bfloat16)
+    nan = want.isnan()
+    assert torch.equal(pool[:, :, 0].isnan(), nan)
+    assert torch.equal(pool[:, :, 0][~nan].view(torch.int16), want[~nan].view(torch.int16))

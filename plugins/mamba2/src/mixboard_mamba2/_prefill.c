@@ -292,7 +292,26 @@ typedef struct {
 INLINE vec silu(vec v) { return v * sigmoid(v); }
 
 /* bfloat16 is float32's upper half: widening is exact; narrowing rounds to nearest even as torch does
- * (a NaN stays a quiet NaN). The conv states hold raw inputs, already bfloat16 in a bfloat16 model. */
+ * (a NaN stays a quiet NaN, its sign and payload kept). The conv states hold raw inputs, already
+ * bfloat16 in a bfloat16 model; a float32 layer may keep them in bfloat16 (conv_state_dtype). One
+ * element at a time for the channels past the last sixteen, sixteen at a time otherwise. */
+typedef uint16_t bf16_vec __attribute__((vector_size(32)));
+typedef unsigned int uvec __attribute__((vector_size(64)));
+
+INLINE vec widen_vec(const uint16_t *p) {
+    bf16_vec h;
+    memcpy(&h, p, sizeof h);
+    return (vec)(__builtin_convertvector(h, uvec) << 16);
+}
+
+INLINE void narrow_vec(uint16_t *p, vec v) {
+    const uvec u = (uvec)v;
+    const uvec nan = (uvec)((u & 0x7fffffffu) > 0x7f800000u);
+    const uvec rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const bf16_vec h = __builtin_convertvector((nan & ((u >> 16) | 0x40u)) | (~nan & rounded), bf16_vec);
+    memcpy(p, &h, sizeof h);
+}
+
 INLINE float widen(uint16_t h) {
     const uint32_t u = (uint32_t)h << 16;
     float f;
@@ -319,19 +338,40 @@ INLINE void state_put(const conv_args *a, void *record, long e, float v) {
         ((float *)record)[e] = v;
 }
 
+/* Sixteen channels' windows (16 * keep contiguous elements of a record, from at) into keep vectors,
+ * and back: mixboard_vec.h's shuffles, over a float32 copy where the pool is bfloat16. */
+INLINE void window_in(const conv_args *a, const char *at, vec window[], const long keep) {
+    if (!a->pool_bf16) {
+        load_interleaved((const float *)at, window, keep);
+        return;
+    }
+    float wide[LANES * MAX_WIDTH];
+    for (long v = 0; v < keep; v++) put(wide + v * LANES, widen_vec((const uint16_t *)at + v * LANES));
+    load_interleaved(wide, window, keep);
+}
+
+INLINE void window_out(const conv_args *a, char *at, const vec window[], const long keep) {
+    if (!a->pool_bf16) {
+        put_interleaved((float *)at, window, keep);
+        return;
+    }
+    float wide[LANES * MAX_WIDTH];
+    put_interleaved(wide, window, keep);
+    for (long v = 0; v < keep; v++) narrow_vec((uint16_t *)at + v * LANES, load(wide + v * LANES));
+}
+
 INLINE void conv_width(const conv_args *a, long i, long c0, const long W) {
     const long keep = W - 1, first = a->seqs[4 * i], end = a->seqs[4 * i + 1];
     const int context = a->seqs[4 * i + 3] != 0;
     const long element = a->pool_bf16 ? 2 : 4;
     char *record = (char *)a->pool + a->seqs[4 * i + 2] * a->stride * element;
-    float *state = (float *)record;  /* read as such only where the pool is float32 */
     for (long c = c0; c < c0 + CONV_BLOCK && c < a->D; c += LANES) {
         const long cc = a->D - c < LANES ? a->D - c : LANES;
         vec w[MAX_WIDTH], window[MAX_WIDTH];  /* window[k]: the input keep - k tokens back */
         for (long k = 0; k < W; k++) w[k] = load_n(a->wt + k * a->D + c, cc);
         const vec b = a->bias ? load_n(a->bias + c, cc) : splat(0.0f);
-        if (context && cc == LANES && !a->pool_bf16) {
-            load_interleaved(state + c * keep, window, keep);
+        if (context && cc == LANES) {
+            window_in(a, record + c * keep * element, window, keep);
         } else {
             for (long k = 0; k < keep; k++) {
                 float t[LANES] = {0};
@@ -348,8 +388,8 @@ INLINE void conv_width(const conv_args *a, long i, long c0, const long W) {
             if (keep) window[keep - 1] = v;
             put_n(a->out + t * a->ldo + c, silu(acc), cc);
         }
-        if (cc == LANES && !a->pool_bf16) {
-            put_interleaved(state + c * keep, window, keep);
+        if (cc == LANES) {
+            window_out(a, record + c * keep * element, window, keep);
         } else {
             for (long k = 0; k < keep; k++) {
                 float t[LANES];
@@ -373,7 +413,7 @@ CLONES static void conv_block(const conv_args *a, long i, long c0) {
 static PyObject *conv_over(PyObject *const *args, Py_ssize_t nargs, int pool_bf16) {
     long long v[12];
     if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "conv() takes 12 arguments");
+        PyErr_SetString(PyExc_TypeError, pool_bf16 ? "conv_bf16() takes 12 arguments" : "conv() takes 12 arguments");
         return NULL;
     }
     for (int i = 0; i < 12; i++) {
@@ -382,7 +422,8 @@ static PyObject *conv_over(PyObject *const *args, Py_ssize_t nargs, int pool_bf1
     }
     conv_args a = {.x = (const float *)(intptr_t)v[0], .ldx = v[1], .D = v[2], .W = v[3],
                    .wt = (const float *)(intptr_t)v[4], .bias = (const float *)(intptr_t)v[5],
-                   .pool = (void *)(intptr_t)v[6], .pool_bf16 = pool_bf16, .stride = v[7], .out = (float *)(intptr_t)v[8], .ldo = v[9],
+                   .pool = (void *)(intptr_t)v[6], .pool_bf16 = pool_bf16,
+                   .stride = v[7], .out = (float *)(intptr_t)v[8], .ldo = v[9],
                    .seqs = (const int64_t *)(intptr_t)v[10], .n = v[11]};
     if (a.D <= 0 || a.W < 1 || a.W > MAX_WIDTH || a.n < 0 || a.stride < a.D * (a.W - 1)) {
         PyErr_Format(PyExc_ValueError, "conv(): channels or width out of range (width 1 to %d), or records closer "

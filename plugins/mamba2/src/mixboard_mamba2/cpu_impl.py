@@ -73,9 +73,8 @@ class Mamba2CpuImpl(Mamba2TorchImpl):
         T, D = xBC.shape
         out = torch.empty(T, D)
         kernel(xBC.data_ptr(), xBC.stride(0), D, self.spec.d_conv, wt.data_ptr(),
-                      0 if bias is None else bias.data_ptr(), conv_pool.data_ptr(),
-                      record_stride(conv_pool, D * (self.spec.d_conv - 1)),
-                      out.data_ptr(), D, seqs.data_ptr(), len(seqs))
+               0 if bias is None else bias.data_ptr(), conv_pool.data_ptr(),
+               record_stride(conv_pool, D * (self.spec.d_conv - 1)), out.data_ptr(), D, seqs.data_ptr(), len(seqs))
         return out
 
     def _prefills(self, step, x, dts, A, B, C, ssm_pool, y) -> None:

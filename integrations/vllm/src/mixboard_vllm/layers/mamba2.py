@@ -45,9 +45,8 @@ class MixboardMambaMixer2(MixboardLayer, MambaMixer2):
         if self._weights is None:
             from mixboard import Mamba2Weights
 
-            dt = self.conv_weights.dtype
             self._weights = Mamba2Weights(conv_weight=self.conv_weights, conv_bias=self.conv1d.bias,
-                                          dt_bias=self.dt_bias, A=self.A.to(dt),  # vLLM keeps A in float32
+                                          dt_bias=self.dt_bias, A=self.A.float(),  # as vLLM keeps it, unrounded
                                           D=self.D, norm_weight=None if self._norm_outside else self.norm.weight)
         return self._weights
 
