@@ -158,8 +158,9 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=1.5,
                     help="seconds to wait before each call, past the other engine's spinning (default 1.5)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                    help="the engines' dtype (default float32; bfloat16 runs mixboard's layers on the plain PyTorch "
-                         "backends, its CPU kernels being float32, and the Mamba SSM state in float32 as vLLM keeps it)")
+                    help="the engines' dtype (default float32; in bfloat16 vLLM keeps the Mamba SSM state in float32 "
+                         "on a CPU with AVX512-BF16, and mixboard plans attention on sdpa_cpu and Mamba2 on mamba2_cpu "
+                         "where their kernels are built: `mixboard-vllm plan` in each engine's log says which)")
     ap.add_argument("--json", action="store_true", help="print every call's seconds as JSON after the table")
     args = ap.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
