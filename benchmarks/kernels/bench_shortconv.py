@@ -1,6 +1,13 @@
 """short_conv_torch against transformers' Lfm2ShortConv, side by side in one run.
 
     python benchmarks/kernels/bench_shortconv.py [--repeats 20] [--threads 2]
+    python benchmarks/kernels/bench_shortconv.py --cpu [--dtype bfloat16] [--threads 1]
+
+With ``--cpu``: short_conv_torch against short_conv_cpu instead, in the layer's dtype (float32 or
+bfloat16, the state in the same dtype, as vLLM keeps an LFM2's), at vLLM's bench shape (hidden 256,
+bench_modes.py's lfm2) and at LFM2's (hidden 1024): one decode step of 16 sequences on scattered
+slots, and a prefill of 4 x 64 tokens; each side's median over alternating calls, and the largest
+difference between their outputs.
 
 LFM2 dimensions: hidden 1024, L_cache 3, float32, 2 threads. Two cases:
 prefill of 4 x 1,024 tokens (state saved for each sequence), and one decode
@@ -32,7 +39,7 @@ from mixboard import CommonBatchMetadata, ShortConvSpec, ShortConvWeights, simul
 from mixboard.kinds.short_conv import short_conv_state
 from mixboard.ops.checks import build_impl
 from mixboard.testing import allocate_state
-from mixboard_shortconv import ShortConvTorch
+from mixboard_shortconv import ShortConvCpu, ShortConvTorch
 
 HIDDEN, WIDTH = 1024, 3
 PREFILL_SEQS, PREFILL_LEN = 4, 1024
@@ -88,9 +95,10 @@ class Case:
         return self.out_proj(y) if self.with_projections else y
 
 
-def meta(query_lens, context_lens):
+def meta(query_lens, context_lens, slots=None):
     n = len(query_lens)
-    return CommonBatchMetadata.build(query_lens, context_lens, list(range(n)), [[0]] * n, block_size=1 << 16)
+    slots = list(range(n)) if slots is None else slots
+    return CommonBatchMetadata.build(query_lens, context_lens, slots, [[0]] * n, block_size=1 << 16)
 
 
 @torch.no_grad()
@@ -118,12 +126,51 @@ def decode(case: Case, repeats: int):
     return side_by_side(lambda: case.hf(step, cache=cache), lambda: case.ours(packed, common), repeats)
 
 
+@torch.no_grad()
+def torch_against_cpu(dtype: torch.dtype, repeats: int) -> None:
+    """short_conv_torch against short_conv_cpu, each on its own copy of the same pool (--cpu)."""
+    env, slots = simulate("cpu"), 64
+    print(f"short_conv_torch against short_conv_cpu, L_cache {WIDTH}, {str(dtype).removeprefix('torch.')}, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {repeats} alternating calls, us; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
+    print("| hidden | step | short_conv_torch | short_conv_cpu | speed-up | max abs difference |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for hidden in (256, HIDDEN):
+        spec = ShortConvSpec(hidden_size=hidden, conv_width=WIDTH, dtype=str(dtype).removeprefix("torch."))
+        g = torch.Generator().manual_seed(hidden)
+        weights = ShortConvWeights((torch.randn(hidden, WIDTH, generator=g) * 0.5).to(dtype), None)
+        start = torch.randn(slots, hidden, WIDTH - 1, generator=g).to(dtype)
+        order = torch.randperm(slots, generator=g)[:DECODE_BATCH].tolist()
+        steps = {f"decode, batch {DECODE_BATCH}": meta([1] * DECODE_BATCH, [DECODE_CONTEXT] * DECODE_BATCH, order),
+                 "prefill 4 x 64": meta([64] * 4, [0] * 4, order[:4])}
+        for name, common in steps.items():
+            bcx = torch.randn(common.num_tokens, 3 * hidden, generator=g).to(dtype)
+            B, C, x = bcx.chunk(3, dim=1)
+            sides = []
+            for backend in (ShortConvTorch, ShortConvCpu):
+                build, impl = backend.builder(spec, env), build_impl(backend, spec, env, "bench.conv")
+                pool = {"conv": start.clone()}
+                sides.append(lambda build=build, impl=impl, pool=pool: impl.forward(B, C, x, weights, pool,
+                                                                                     build(common)))
+            diff = (sides[0]().float() - sides[1]().float()).abs().max().item()
+            t_torch, t_cpu = side_by_side(*sides, repeats)
+            print(f"| {hidden} | {name} | {1e3 * t_torch:.0f} | {1e3 * t_cpu:.0f} | {t_torch / t_cpu:.2f}x "
+                  f"| {diff:.2g} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cpu", action="store_true", help="short_conv_torch against short_conv_cpu instead")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="the layer's and its state's dtype, with --cpu (default float32)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.cpu:
+        return torch_against_cpu(getattr(torch, args.dtype), args.repeats)
+    if args.dtype != "float32":
+        raise SystemExit("bench_shortconv: --dtype goes with --cpu (transformers' side runs float32)")
     rows = []
     for with_projections in (False, True):
         case = Case(with_projections)

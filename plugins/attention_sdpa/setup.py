@@ -13,7 +13,9 @@ from setuptools import Extension, setup
 SHARED = Path(__file__).resolve().parent.parent / "include"
 
 # _paged_decode_bf16.c includes _paged_decode.c with the cache's element type changed
-BUILD = dict(include_dirs=[str(SHARED)], depends=[str(SHARED / "mixboard_vec.h"), "src/mixboard_sdpa/_paged_decode.c"],
+BUILD = dict(include_dirs=[str(SHARED)],
+             depends=[str(SHARED / "mixboard_vec.h"), str(SHARED / "mixboard_bf16.h"),
+                      "src/mixboard_sdpa/_paged_decode.c"],
              extra_compile_args=["-O3", "-fopenmp", "-Wno-psabi"], extra_link_args=["-fopenmp"], optional=True)
 setup(ext_modules=[
     Extension("mixboard_sdpa._paged_decode", sources=["src/mixboard_sdpa/_paged_decode.c"], **BUILD),

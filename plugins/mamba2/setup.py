@@ -13,7 +13,7 @@ from setuptools import Extension, setup
 
 # plugins/include/mixboard_vec.h: the vector helpers every first-party kernel shares
 SHARED = Path(__file__).resolve().parent.parent / "include"
-BUILD = dict(include_dirs=[str(SHARED)], depends=[str(SHARED / "mixboard_vec.h")],
+BUILD = dict(include_dirs=[str(SHARED)], depends=[str(SHARED / "mixboard_vec.h"), str(SHARED / "mixboard_bf16.h")],
              extra_compile_args=["-O3", "-fopenmp", "-Wno-psabi"], extra_link_args=["-fopenmp"], optional=True)
 
 # The module names stay literal: tests/compiled_kernels.py reads them from this file.

@@ -74,7 +74,7 @@ class TestShortConvTorch(ShortConvConformance):
 class TestShortConvCpu(ShortConvConformance):
     backend = "short_conv_cpu"
     device = "cpu"
-    dtypes = ("float32",)  # all it declares
+    dtypes = ("float32", "bfloat16")  # all it declares
 
 
 class TestShortConvCuda(ShortConvConformance):

@@ -26,6 +26,8 @@ CASES = [  # (backend module, its compiled module, kind, spec, the portable back
     ("mixboard_mamba2.cpu_backend", "mixboard_mamba2._prefill", "mamba2", Mamba2Spec(), "mamba2_torch"),
     ("mixboard_shortconv.cpu_backend", "mixboard_shortconv._gated_conv", "short_conv", ShortConvSpec(),
      "short_conv_torch"),
+    ("mixboard_shortconv.cpu_backend", "mixboard_shortconv._gated_conv_bf16", "short_conv",
+     ShortConvSpec(dtype="bfloat16"), "short_conv_torch"),
     # mixboard-cpu: the products fall back to oneDNN's (pure Python), the row operations to torch's
     ("mixboard_cpu.compiled", "mixboard_cpu._panels", "linear", LinearSpec(), "linear_onednn"),
     ("mixboard_cpu.compiled", "mixboard_cpu._panels", "embedding", EmbeddingSpec(tied=True), "embedding_onednn"),
@@ -120,12 +122,21 @@ def test_a_build_older_than_a_source_its_source_includes_is_refused(monkeypatch,
     assert kernel_unusable("pkg._k_bf16", includes=("_k.c",)) is None
 
 
-def test_sdpa_cpus_bfloat16_build_is_refused_when_the_source_it_includes_changed(monkeypatch, tmp_path):
-    compiled = "mixboard_sdpa._paged_decode_bf16"
-    built, _, _ = built_after_its_source_before_an_include(tmp_path, compiled, "_paged_decode.c")
+# (backend module, its bfloat16 build, the float32 source that build includes, kind, spec, portable backend)
+BFLOAT16_BUILDS = [
+    ("mixboard_sdpa.cpu_backend", "mixboard_sdpa._paged_decode_bf16", "_paged_decode.c", "attention",
+     AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16"), "sdpa"),
+    ("mixboard_shortconv.cpu_backend", "mixboard_shortconv._gated_conv_bf16", "_gated_conv.c", "short_conv",
+     ShortConvSpec(dtype="bfloat16"), "short_conv_torch"),
+]
+
+
+@pytest.mark.parametrize("backend_module, compiled, included, kind, spec, portable", BFLOAT16_BUILDS)
+def test_a_bfloat16_build_is_refused_when_the_source_it_includes_changed(monkeypatch, tmp_path, backend_module,
+                                                                         compiled, included, kind, spec, portable):
+    built, _, _ = built_after_its_source_before_an_include(tmp_path, compiled, included)
     found = importlib.machinery.ModuleSpec(compiled, None, origin=str(built))
-    spec = AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64, dtype="bfloat16")
-    chosen, reasons = select_finding(monkeypatch, "mixboard_sdpa.cpu_backend", compiled, found, "attention", spec)
-    assert chosen == "sdpa"
-    assert any(f"its compiled kernel {compiled} was built before its source _paged_decode.c last changed" in r
+    chosen, reasons = select_finding(monkeypatch, backend_module, compiled, found, kind, spec)
+    assert chosen == portable
+    assert any(f"its compiled kernel {compiled} was built before its source {included} last changed" in r
                for r in reasons), reasons

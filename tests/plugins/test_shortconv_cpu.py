@@ -2,7 +2,8 @@
 call) against the core oracle and transformers' Lfm2ShortConv: ragged steps
 of decodes and fresh and continuing prefills over scattered slots, widths 2
 to 5 with and without bias, hidden sizes off its 16-lane vectors and 64-channel
-blocks, one and two threads; and how it is listed where it cannot serve."""
+blocks, one and two threads; its bfloat16 build against short_conv_torch and
+the oracle; and how it is listed where it cannot serve."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import random
 import pytest
 import torch
 
-from mixboard import ShortConvSpec
+from mixboard import ShortConvSpec, ShortConvWeights
 from mixboard.selection import reasons_against
 from mixboard_shortconv.cpu_backend import ShortConvCpu, kernel_unusable
+from mixboard.testing import ShortConvOracle
 from test_shortconv_torch import (
-    CPU, SLOTS, Runner, lfm2_module, our_layer, random_pool, random_step, random_weights, run_steps, step_meta,
+    CPU, SLOTS, Runner, lfm2_module, our_layer, random_inputs, random_pool, random_step, random_weights, run_steps,
+    sequence_in_steps, step_meta, torch_runner,
 )
 
 pytestmark = pytest.mark.skipif(kernel_unusable(), reason="mixboard_shortconv._gated_conv is not built")
@@ -57,8 +60,88 @@ def test_listed_with_reasons_where_it_cannot_serve():
 
     spec = ShortConvSpec(hidden_size=64, conv_width=3)
     assert reasons_against(ShortConvCpu, spec, CPU) == ()
-    assert any("state_dtype bfloat16" in r for r in reasons_against(
-        ShortConvCpu, ShortConvSpec(hidden_size=64, conv_width=3, state_dtype="bfloat16"), CPU))
+    assert reasons_against(ShortConvCpu, ShortConvSpec(hidden_size=64, conv_width=3, dtype="bfloat16"), CPU) == ()
+    # the state in the layer's dtype only, each way round
+    (reason,) = reasons_against(ShortConvCpu, ShortConvSpec(hidden_size=64, conv_width=3, state_dtype="bfloat16"), CPU)
+    assert "the state in the layer's dtype (float32); the layer asks for state_dtype bfloat16" in reason, reason
+    (reason,) = reasons_against(ShortConvCpu, ShortConvSpec(hidden_size=64, conv_width=3, dtype="bfloat16",
+                                                            state_dtype="float32"), CPU)
+    assert "(bfloat16); the layer asks for state_dtype float32" in reason, reason
     assert any("conv width 9" in r for r in reasons_against(ShortConvCpu, ShortConvSpec(hidden_size=64, conv_width=9), CPU))
-    assert reasons_against(ShortConvCpu, ShortConvSpec(hidden_size=64, conv_width=3, dtype="bfloat16"), CPU)
+    assert any("float16" in r for r in reasons_against(ShortConvCpu, ShortConvSpec(hidden_size=64, conv_width=3,
+                                                                                     dtype="float16"), CPU))
     assert any("cpu" in r for r in reasons_against(ShortConvCpu, spec, simulate("cuda", "9.0")))
+
+
+class CountingKernel:
+    """The impl's kernel module, counting its calls (a bfloat16 layer must reach the kernel, not the fallback)."""
+
+    def __init__(self, module):
+        self.module, self.calls = module, 0
+
+    def step(self, *args):
+        self.calls += 1
+        return self.module.step(*args)
+
+
+def paged_pool(spec, seed, pad=8):
+    """A random conv pool whose records lie ``pad`` elements apart inside larger pages, as an engine lays them;
+    returns (pool view, the pages)."""
+    n = spec.hidden_size * (spec.conv_width - 1)
+    pages = torch.full((SLOTS, n + pad), -7.0, dtype=getattr(torch, spec.dtype))
+    pool = pages[:, :n].view(SLOTS, spec.hidden_size, spec.conv_width - 1)
+    pool.copy_(random_pool(spec, seed)["conv"])
+    return pool, pages
+
+
+@pytest.mark.skipif(kernel_unusable("bfloat16"), reason="mixboard_shortconv._gated_conv_bf16 is not built")
+@pytest.mark.parametrize("hidden, width, bias", [(256, 3, False), (37, 5, True), (100, 2, True)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bfloat16_layers_run_the_kernel_and_match_short_conv_torch(hidden, width, bias, threads):
+    """Ragged steps of a bfloat16 layer over a bfloat16 pool in pages: every step runs the bfloat16 kernel;
+    the pool equals short_conv_torch's bit for bit (both keep B * x rounded to bfloat16, to nearest even) and
+    the bytes between records are untouched; the outputs agree to a bfloat16 rounding, and are nearer the
+    float64 oracle than short_conv_torch's on average."""
+    spec = ShortConvSpec(hidden_size=hidden, conv_width=width, conv_bias=bias, dtype="bfloat16")
+    rng = random.Random(hidden * width)
+    steps = [random_step(rng, n, max_len=70) for n in (1, 3, 8, 5)]
+    steps.append(([1] * 6, [5] * 6, rng.sample(range(SLOTS), 6)))  # decodes only
+    weights = random_weights(spec, seed=width)
+    cpu, ref = Runner(ShortConvCpu, spec), torch_runner(spec)
+    cpu.impl._kernel = counting = CountingKernel(cpu.impl._kernel)
+    (ours, pages), (theirs, _) = paged_pool(spec, seed=3), paged_pool(spec, seed=3)
+    exact = random_pool(spec, seed=3)["conv"].double()
+    oracle = ShortConvOracle(ShortConvSpec(hidden_size=hidden, conv_width=width, conv_bias=bias, dtype="float64"))
+    weights64 = ShortConvWeights(weights.conv_weight.double(),
+                                 None if weights.conv_bias is None else weights.conv_bias.double())
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for i, (q, c, s) in enumerate(steps):
+            B, C, x = random_inputs(spec, sum(q), seed=100 + i)
+            meta = step_meta(q, c, s)
+            got, want = cpu(B, C, x, weights, {"conv": ours}, meta), ref(B, C, x, weights, {"conv": theirs}, meta)
+            best = oracle.forward(B.double(), C.double(), x.double(), weights64, {"conv": exact}, meta)
+            assert got.dtype == torch.bfloat16
+            torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=1e-2)
+            # one rounding of the output where short_conv_torch rounds the conv then the gate: nearer on average
+            assert (got.double() - best).abs().mean() <= (want.double() - best).abs().mean()
+            exact.copy_(ours.double())  # the next step from the same (rounded) state on every side
+    finally:
+        torch.set_num_threads(before)
+    assert counting.calls == len(steps)
+    assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16))
+    assert (pages[:, hidden * (width - 1):] == -7.0).all()
+
+
+@pytest.mark.skipif(kernel_unusable("bfloat16"), reason="mixboard_shortconv._gated_conv_bf16 is not built")
+@pytest.mark.parametrize("chunks", [[1, 2, 37], [20, 20], [39, 1]])
+def test_bfloat16_prefill_in_chunks_equals_one_prefill_bit_for_bit(chunks):
+    """The kernel rounds B * x to bfloat16 as it makes it, so a chunk's window holds what the state hands the
+    next chunk: the outputs and the state do not depend on where a prefill was cut."""
+    spec = ShortConvSpec(hidden_size=40, conv_width=4, conv_bias=True, dtype="bfloat16")
+    weights, run = random_weights(spec, seed=2), Runner(ShortConvCpu, spec)
+    whole, whole_state = sequence_in_steps(run, spec, weights, 40, [40])
+    chunked, chunked_state = sequence_in_steps(run, spec, weights, 40, chunks)
+    assert torch.equal(chunked.view(torch.int16), whole.view(torch.int16))
+    assert torch.equal(chunked_state.view(torch.int16), whole_state.view(torch.int16))

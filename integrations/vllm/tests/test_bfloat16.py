@@ -1,5 +1,6 @@
-"""vLLM's default (compiled) mode in bfloat16, the dtype models are served in, on llama and the
-hybrid (Mamba2 + attention), attention on sdpa_cpu's bfloat16 kernel: mixboard's greedy ids equal
+"""vLLM's default (compiled) mode in bfloat16, the dtype models are served in, on llama, the hybrid
+(Mamba2 + attention) and LFM2 (short convs + attention), attention on sdpa_cpu's bfloat16 kernel,
+Mamba2 on mamba2_cpu's, the short convs on short_conv_cpu's: mixboard's greedy ids equal
 vLLM alone's, on prompts whose ids bfloat16 rounding cannot decide (decided.py), in steps that mix
 decodes with fresh and chunked prefills. vLLM alone must give the float32 ids there, or the
 comparison is not well posed."""
@@ -18,7 +19,7 @@ from harness import ok, run
 
 BF16 = {"enforce_eager": False, "dtype": "bfloat16"}
 # transformers in bfloat16 against float32, same weights, moved these checkpoints' logits by at most
-# 0.06 (llama) and 0.13 (the hybrid: its Mamba2 scan in bfloat16) over 64 prompts of 40 tokens; a
+# 0.06 (llama), 0.13 (the hybrid: its Mamba2 scan in bfloat16) and 0.011 (LFM2) over 64 prompts of 40 tokens; a
 # top-1/top-2 margin moves by at most twice that
 MARGIN = 0.4
 NEW_TOKENS = 4
@@ -44,7 +45,7 @@ def bf16_checkpoint(workdir, checkpoint):
     return get
 
 
-@pytest.mark.parametrize("name", ["llama", "granite_hybrid"])
+@pytest.mark.parametrize("name", ["llama", "granite_hybrid", "lfm2"])
 def test_bf16_compiled_ids_equal_vllm_alones(bf16_checkpoint, workdir, name):
     path, chosen = bf16_checkpoint(name)
     prompts = [[p, NEW_TOKENS] for p, _ in chosen]
@@ -62,6 +63,8 @@ def test_bf16_compiled_ids_equal_vllm_alones(bf16_checkpoint, workdir, name):
             assert FLOAT32_SSM in ours.log and mamba == {"mamba2_cpu"}
         else:
             assert mamba == {"mamba2_torch"}
+    if name == "lfm2":  # vLLM keeps the conv states in the model's dtype: short_conv_cpu's bfloat16 build
+        assert {backend for kind, backend, _ in ours.table.values() if kind == "short_conv"} == {"short_conv_cpu"}
     assert ours.ids == theirs.ids
 
 

@@ -57,23 +57,12 @@
 #define TEAM_MIN_WORK (1L << 18)
 
 #ifdef KV_BF16
+#include "mixboard_bf16.h"
 typedef uint16_t kv_t;
-typedef uint16_t half_vec __attribute__((vector_size(32)));  /* sixteen bfloat16 */
-typedef uint32_t bits_vec __attribute__((vector_size(64)));  /* sixteen 32-bit lanes, shifted unsigned */
 #define MODULE_NAME "_paged_decode_bf16"
 #define MODULE_INIT PyInit__paged_decode_bf16
-/* a bfloat16 is the top half of a float32: widened by a shift */
-INLINE vec load_kv(const kv_t *p) {
-    half_vec h;
-    memcpy(&h, p, sizeof h);
-    return (vec)(__builtin_convertvector(h, bits_vec) << 16);
-}
-INLINE float kv_float(kv_t x) {
-    const uint32_t bits = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
+INLINE vec load_kv(const kv_t *p) { return widen_vec(p); }
+INLINE float kv_float(kv_t x) { return widen(x); }
 #else
 typedef float kv_t;
 #define MODULE_NAME "_paged_decode"
@@ -90,7 +79,7 @@ INLINE float kv_float(kv_t x) { return x; }
 #ifdef KV_BF16
 #define PAIRED(D) ((D) % (2 * LANES) == 0)
 INLINE vec kv_lanes(const kv_t *row, long b) {
-    bits_vec u;
+    uvec u;
     memcpy(&u, row + (b >> 1) * 2 * LANES, sizeof u);
     return (vec)((b & 1) ? u & 0xffff0000u : u << 16);
 }

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixboard_bf16.h"
 #include "mixboard_vec.h"
 
 #define Q 64  /* tokens per chunk */
@@ -291,40 +292,9 @@ typedef struct {
 
 INLINE vec silu(vec v) { return v * sigmoid(v); }
 
-/* bfloat16 is float32's upper half: widening is exact; narrowing rounds to nearest even as torch does
- * (a NaN stays a quiet NaN, its sign and payload kept). The conv states hold raw inputs, already
- * bfloat16 in a bfloat16 model; a float32 layer may keep them in bfloat16 (conv_state_dtype). One
- * element at a time for the channels past the last sixteen, sixteen at a time otherwise. */
-typedef uint16_t bf16_vec __attribute__((vector_size(32)));
-typedef unsigned int uvec __attribute__((vector_size(64)));
-
-INLINE vec widen_vec(const uint16_t *p) {
-    bf16_vec h;
-    memcpy(&h, p, sizeof h);
-    return (vec)(__builtin_convertvector(h, uvec) << 16);
-}
-
-INLINE void narrow_vec(uint16_t *p, vec v) {
-    const uvec u = (uvec)v;
-    const uvec nan = (uvec)((u & 0x7fffffffu) > 0x7f800000u);
-    const uvec rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const bf16_vec h = __builtin_convertvector((nan & ((u >> 16) | 0x40u)) | (~nan & rounded), bf16_vec);
-    memcpy(p, &h, sizeof h);
-}
-
-INLINE float widen(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-INLINE uint16_t narrow(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
+/* The conv states hold raw inputs, already bfloat16 in a bfloat16 model; a float32 layer may keep them
+ * in bfloat16 (conv_state_dtype): widened and narrowed by mixboard_bf16.h, one element at a time for
+ * the channels past the last sixteen, sixteen at a time otherwise. */
 
 /* Element e of a record as float (zero for a sequence without context); and the converse store. */
 INLINE float state_get(const conv_args *a, const void *record, long e) {

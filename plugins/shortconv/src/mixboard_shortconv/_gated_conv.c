@@ -13,6 +13,14 @@
  * channels); sixteen channels go through the sequence's tokens at a time with
  * their window in registers, float32, GCC's vector extension (target_clones
  * picks AVX-512, AVX2 or SSE at load time).
+ *
+ * Built twice: here over float32 (B, C, x, the states and y), and as
+ * _gated_conv_bf16 over bfloat16 (that file defines CONV_BF16 and includes
+ * this one; vLLM keeps a bfloat16 model's conv states in bfloat16). There
+ * each element is widened as read and narrowed as written, the sums float32;
+ * bx is rounded to bfloat16 as it is made, so the window holds what the state
+ * will (a prefill in chunks equals one prefill) and what a bfloat16 B * x is.
+ * The weight and bias are float32 in both builds.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,17 +29,38 @@
 
 #include "mixboard_vec.h"
 
+#ifdef CONV_BF16
+#include "mixboard_bf16.h"
+typedef uint16_t elem_t;
+#define MODULE_NAME "_gated_conv_bf16"
+#define MODULE_INIT PyInit__gated_conv_bf16
+INLINE vec read_n(const elem_t *p, long count) { return widen_n(p, count); }
+INLINE void write_n(elem_t *p, vec v, long count) { narrow_n(p, v, count); }
+INLINE float read_1(elem_t e) { return widen(e); }
+INLINE elem_t write_1(float f) { return narrow(f); }
+INLINE vec as_kept(vec v) { return round_vec(v); }
+#else
+typedef float elem_t;
+#define MODULE_NAME "_gated_conv"
+#define MODULE_INIT PyInit__gated_conv
+INLINE vec read_n(const elem_t *p, long count) { return load_n(p, count); }
+INLINE void write_n(elem_t *p, vec v, long count) { put_n(p, v, count); }
+INLINE float read_1(elem_t e) { return e; }
+INLINE elem_t write_1(float f) { return f; }
+INLINE vec as_kept(vec v) { return v; }
+#endif
+
 #define BLOCK 64
 #define MAX_WIDTH 8
 
 typedef struct {
-    const float *B, *C, *x;  /* [T, D] each, rows ldb / ldc / ldx apart */
+    const elem_t *B, *C, *x; /* [T, D] each, rows ldb / ldc / ldx apart */
     long ldb, ldc, ldx, D, W;
     const float *wt;         /* [W, D]: the conv weight transposed */
     const float *bias;       /* [D] or NULL */
-    float *pool;             /* records [D, W - 1], each contiguous */
-    long stride;             /* floats from one record to the next (>= D * (W - 1)) */
-    float *y;                /* [T, D], rows ldy apart */
+    elem_t *pool;            /* records [D, W - 1], each contiguous */
+    long stride;             /* elements from one record to the next (>= D * (W - 1)) */
+    elem_t *y;               /* [T, D], rows ldy apart */
     long ldy;
     const int64_t *seqs;     /* [n, 4]: first token, end token, slot, has context */
 } conv_args;
@@ -39,7 +68,7 @@ typedef struct {
 INLINE void block_width(const conv_args *a, long i, long c0, const long W) {
     const long keep = W - 1, first = a->seqs[4 * i], end = a->seqs[4 * i + 1];
     const int context = a->seqs[4 * i + 3] != 0;
-    float *state = a->pool + a->seqs[4 * i + 2] * a->stride;
+    elem_t *state = a->pool + a->seqs[4 * i + 2] * a->stride;
     for (long c = c0; c < c0 + BLOCK && c < a->D; c += LANES) {
         const long cc = a->D - c < LANES ? a->D - c : LANES;
         vec w[MAX_WIDTH], window[MAX_WIDTH];  /* window[k]: bx keep - k tokens back */
@@ -48,21 +77,21 @@ INLINE void block_width(const conv_args *a, long i, long c0, const long W) {
         for (long k = 0; k < keep; k++) {
             float t[LANES] = {0};
             if (context)
-                for (long j = 0; j < cc; j++) t[j] = state[(c + j) * keep + k];
+                for (long j = 0; j < cc; j++) t[j] = read_1(state[(c + j) * keep + k]);
             window[k] = load_n(t, LANES);
         }
         for (long t = first; t < end; t++) {
-            const vec v = load_n(a->B + t * a->ldb + c, cc) * load_n(a->x + t * a->ldx + c, cc);
+            const vec v = as_kept(read_n(a->B + t * a->ldb + c, cc) * read_n(a->x + t * a->ldx + c, cc));
             vec acc = b + w[keep] * v;
             for (long k = 0; k < keep; k++) acc += w[k] * window[k];
             for (long k = 0; k + 1 < keep; k++) window[k] = window[k + 1];
             if (keep) window[keep - 1] = v;
-            put_n(a->y + t * a->ldy + c, acc * load_n(a->C + t * a->ldc + c, cc), cc);
+            write_n(a->y + t * a->ldy + c, acc * read_n(a->C + t * a->ldc + c, cc), cc);
         }
         for (long k = 0; k < keep; k++) {
             float t[LANES];
             put_n(t, window[k], LANES);
-            for (long j = 0; j < cc; j++) state[(c + j) * keep + k] = t[j];
+            for (long j = 0; j < cc; j++) state[(c + j) * keep + k] = write_1(t[j]);
         }
     }
 }
@@ -78,7 +107,7 @@ CLONES static void conv_block(const conv_args *a, long i, long c0) {
 }
 
 /* step(B, ldb, C, ldc, x, ldx, D, W, wt, bias, pool, stride, y, ldy, seqs, n): addresses as ints
- * (tensor.data_ptr(), 0 for no bias), stride the pool's record stride in floats; the impl has checked shapes,
+ * (tensor.data_ptr(), 0 for no bias), strides in elements; the impl has checked shapes,
  * dtypes, record layout and slots (check_inputs) before it calls. */
 static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -92,10 +121,10 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (v[k] == -1 && PyErr_Occurred()) return NULL;
     }
     conv_args a = {
-        .B = (const float *)(intptr_t)v[0], .ldb = v[1], .C = (const float *)(intptr_t)v[2], .ldc = v[3],
-        .x = (const float *)(intptr_t)v[4], .ldx = v[5], .D = v[6], .W = v[7], .wt = (const float *)(intptr_t)v[8],
-        .bias = (const float *)(intptr_t)v[9], .pool = (float *)(intptr_t)v[10], .stride = v[11],
-        .y = (float *)(intptr_t)v[12], .ldy = v[13], .seqs = (const int64_t *)(intptr_t)v[14],
+        .B = (const elem_t *)(intptr_t)v[0], .ldb = v[1], .C = (const elem_t *)(intptr_t)v[2], .ldc = v[3],
+        .x = (const elem_t *)(intptr_t)v[4], .ldx = v[5], .D = v[6], .W = v[7], .wt = (const float *)(intptr_t)v[8],
+        .bias = (const float *)(intptr_t)v[9], .pool = (elem_t *)(intptr_t)v[10], .stride = v[11],
+        .y = (elem_t *)(intptr_t)v[12], .ldy = v[13], .seqs = (const int64_t *)(intptr_t)v[14],
     };
     const long n = v[15];
     if (a.D <= 0 || a.W < 1 || a.W > MAX_WIDTH || n < 0 || a.stride < a.D * (a.W - 1)) {
@@ -116,10 +145,10 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))py_step, METH_FASTCALL,
      "step(B, ldb, C, ldc, x, ldx, D, W, wt, bias, pool, stride, y, ldy, seqs, n): y = C * conv(B * x) for a "
-     "step's sequences, conv states read and written in the pool (addresses as ints, record stride in floats)."},
+     "step's sequences, conv states read and written in the pool (addresses as ints, strides in elements)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gated_conv", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, MODULE_NAME, NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__gated_conv(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC MODULE_INIT(void) { return PyModule_Create(&module); }

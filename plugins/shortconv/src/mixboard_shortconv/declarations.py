@@ -7,6 +7,8 @@ PLUGIN = Declaration(kind="short_conv", api_version=1)  # what every backend sha
 ALL_DTYPES = ("float32", "bfloat16", "float16")
 
 MAX_WIDTH = 8  # short_conv_cpu's kernel's window registers (_gated_conv.c)
+# short_conv_cpu's kernel, built once per dtype (the layer's, its state's and its inputs' alike)
+KERNELS = {"float32": "mixboard_shortconv._gated_conv", "bfloat16": "mixboard_shortconv._gated_conv_bf16"}
 
 SHORT_CONV_TORCH = PLUGIN(
     name="short_conv_torch",
@@ -21,10 +23,10 @@ SHORT_CONV_CPU = PLUGIN(
     name="short_conv_cpu",
     priority=20,  # above short_conv_torch, which serves everything this does not
     devices=("cpu",),
-    dtypes=("float32",),
+    dtypes=tuple(KERNELS),
     capture="never",  # its kernel walks CommonBatchMetadata.sequence_rows, made once per step on first use
     description=("the gated conv of a whole step in one C call, states read and written in their slots; "
-                 f"CPU, float32, conv width up to {MAX_WIDTH}"),
+                 f"CPU, float32 or bfloat16 (state in the layer's dtype), conv width up to {MAX_WIDTH}"),
 )
 
 SHORT_CONV_CUDA = PLUGIN(
