@@ -69,7 +69,8 @@ class Mamba1Weights(Record):
     x_proj_weight: [dt_rank + 2 * d_state, d_inner]
     dt_proj_weight: [d_inner, dt_rank]
     dt_proj_bias: [d_inner]
-    A: [d_inner, d_state], negative: -exp(A_log), computed once at load
+    A: [d_inner, d_state], negative: -exp(A_log), computed once at load; float32 whatever the layer's
+       dtype (as the runner and vLLM hand it: rounding A to bfloat16 moves every step's decay)
     D: [d_inner]
     dt_norm_weight: [dt_rank], b_norm_weight, c_norm_weight: [d_state];
         tensors with dt_bc_norms, else None (may be left out)

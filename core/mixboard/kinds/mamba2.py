@@ -91,7 +91,8 @@ class Mamba2Weights(Record):
     conv_weight: [conv_dim, d_conv]
     conv_bias: [conv_dim] or None
     dt_bias: [num_heads]
-    A: [num_heads], negative: -exp(A_log), computed once at load
+    A: [num_heads], negative: -exp(A_log), computed once at load; float32 whatever the layer's dtype
+       (as the runner and vLLM hand it: rounding A to bfloat16 moves every step's decay)
     D: [num_heads]
     norm_weight: [d_inner]; may be None where the spec has gated_norm=False
     """

@@ -110,7 +110,8 @@ class Mamba1Layer(MixerLayer):
         self.weights = Mamba1Weights(
             conv_weight=self.conv1d.weight[:, 0].detach(), conv_bias=_detach(self.conv1d.bias),
             x_proj_weight=self.x_proj.weight.detach(), dt_proj_weight=self.dt_proj.weight.detach(),
-            dt_proj_bias=self.dt_proj.bias.detach(), A=-torch.exp(self.A_log.detach().float()).to(self.A_log.dtype),
+            dt_proj_bias=self.dt_proj.bias.detach(),
+            A=-torch.exp(self.A_log.detach().float()),  # float32 whatever the layer's dtype, as transformers has it
             D=self.D.detach(),
             **({f"{part}_norm_weight": getattr(self, f"{part}_layernorm").weight.detach() for part in ("dt", "b", "c")}
                if self.spec.dt_bc_norms else {}),
@@ -146,7 +147,8 @@ class Mamba2Layer(MixerLayer):
     def finalize(self):
         self.weights = Mamba2Weights(
             conv_weight=self.conv1d.weight[:, 0].detach(), conv_bias=_detach(self.conv1d.bias),
-            dt_bias=self.dt_bias.detach(), A=-torch.exp(self.A_log.detach().float()).to(self.A_log.dtype),
+            dt_bias=self.dt_bias.detach(),
+            A=-torch.exp(self.A_log.detach().float()),  # float32 whatever the layer's dtype, as transformers has it
             D=self.D.detach(), norm_weight=None if self.norm is None else self.norm.weight.detach(),
         )
 

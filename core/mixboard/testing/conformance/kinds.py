@@ -99,13 +99,22 @@ def record_items(record: Any) -> dict[str, Any]:
     return {n: getattr(record, n) for n in names} if names else dict(vars(record))
 
 
+# Fields kept in float32 in a layer of a narrower dtype: the Mamba and Gated DeltaNet decays' A, which
+# the runner and vLLM hand over in float32 as transformers and vLLM compute it (-exp(A_log.float())).
+FLOAT32_FIELDS = frozenset({"A"})
+
+
 def cast_weights(weights: Any, dtype: torch.dtype, device: Any) -> Any:
-    """A copy of a weights record with every tensor in ``dtype`` on ``device``
-    (built again by keyword, as every kind's weights take them)."""
+    """A copy of a weights record with every tensor in ``dtype`` on ``device``, but ``FLOAT32_FIELDS``
+    no narrower than float32 (built again by keyword, as every kind's weights take them)."""
     if weights is None:
         return None
-    fields = {k: (v.to(device=device, dtype=dtype, copy=True) if isinstance(v, torch.Tensor) else v)
-              for k, v in record_items(weights).items()}
+
+    def cast(name: str, v: torch.Tensor) -> torch.Tensor:
+        want = torch.float32 if name in FLOAT32_FIELDS and dtype.itemsize < 4 else dtype
+        return v.to(device=device, dtype=want, copy=True)
+
+    fields = {k: (cast(k, v) if isinstance(v, torch.Tensor) else v) for k, v in record_items(weights).items()}
     return type(weights)(**fields)
 
 

@@ -49,7 +49,7 @@ class MixboardMambaMixer(MixboardLayer, MambaMixer):
             self._weights = Mamba1Weights(
                 conv_weight=w.view(w.size(0), w.size(2)), conv_bias=self.conv1d.bias,
                 x_proj_weight=self.x_proj.weight, dt_proj_weight=self.dt_proj.weight,
-                dt_proj_bias=self.dt_proj.bias, A=self.A.to(w.dtype), D=self.D,
+                dt_proj_bias=self.dt_proj.bias, A=self.A, D=self.D,  # A float32, as vLLM keeps it
                 # ones where the checkpoint's norms have no weight (rms_norm_has_weight=False)
                 **({f"{part}_norm_weight": getattr(self, f"{part}_layernorm").weight.data for part in ("dt", "b", "c")}
                    if self.use_rms_norm else {}))
