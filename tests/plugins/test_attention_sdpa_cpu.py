@@ -18,7 +18,7 @@ from mixboard_sdpa import SdpaAttention, SdpaCpuAttention
 from mixboard_sdpa.cpu_backend import kernel_unusable
 from attention_cases import decode_schedule, max_error, random_schedule, random_seqs, run_schedule
 
-pytestmark = pytest.mark.skipif(kernel_unusable(), reason="mixboard_sdpa._paged_decode is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable()), reason="mixboard_sdpa._paged_decode is not built")
 
 SPECS = {
     "gqa": AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64),
@@ -78,7 +78,8 @@ BF16_SPECS = {**{name: dataclasses.replace(SPECS[name], dtype="bfloat16") for na
               # head sizes the kernel takes at run time: a multiple of 32 (read in pairs) and not
               "head_96": AttentionSpec(num_heads=4, num_kv_heads=2, head_size=96, dtype="bfloat16"),
               "head_48": AttentionSpec(num_heads=4, num_kv_heads=2, head_size=48, dtype="bfloat16")}
-needs_bf16_build = pytest.mark.skipif(kernel_unusable("bfloat16"), reason="mixboard_sdpa._paged_decode_bf16 is not built")
+needs_bf16_build = pytest.mark.skipif(bool(kernel_unusable("bfloat16")),
+                                      reason="mixboard_sdpa._paged_decode_bf16 is not built")
 
 
 @needs_bf16_build

@@ -10,7 +10,7 @@ from mixboard_cpu.compiled import ROWS, kernel_unusable
 from mixboard_cpu.argmax_backend import ArgmaxCpu
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_unusable(ROWS), reason=f"{ROWS} is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(ROWS)), reason=f"{ROWS} is not built")
 
 
 def test_ties_nans_infinities_and_strided_rows():

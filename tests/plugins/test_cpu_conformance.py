@@ -12,8 +12,8 @@ from mixboard.testing.conformance import (
 )
 from mixboard_cpu.compiled import PANELS, ROWS, kernel_unusable
 
-panels = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
-rows = pytest.mark.skipif(kernel_unusable(ROWS), reason=f"{ROWS} is not built")
+panels = pytest.mark.skipif(bool(kernel_unusable(PANELS)), reason=f"{PANELS} is not built")
+rows = pytest.mark.skipif(bool(kernel_unusable(ROWS)), reason=f"{ROWS} is not built")
 
 
 @panels

@@ -14,7 +14,7 @@ from mixboard_cpu.embedding_backend import EmbeddingCpu
 from mixboard_cpu.embedding_onednn_backend import EmbeddingOneDnn
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(PANELS)), reason=f"{PANELS} is not built")
 
 
 @pytest.mark.parametrize("backend", [EmbeddingCpu, EmbeddingOneDnn])

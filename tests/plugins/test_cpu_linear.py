@@ -19,7 +19,7 @@ from mixboard_cpu.linear_backend import LinearCpu
 from mixboard_cpu.linear_onednn_backend import LinearOneDnn
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(PANELS)), reason=f"{PANELS} is not built")
 ROWS = (1, 2, 7, 8, 9, 15, 16, 17, 31, 37, 63, 64, 65, 130)  # tiles (8, 16), packed x (12-32), chunks (64)
 
 

@@ -13,7 +13,7 @@ from mixboard_cpu.compiled import PANELS, kernel_unusable
 from mixboard_cpu.moe_backend import MoECpu
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(PANELS)), reason=f"{PANELS} is not built")
 
 
 def weights(spec, seed=0, dtype=torch.float32):

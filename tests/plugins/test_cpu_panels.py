@@ -11,7 +11,7 @@ import torch
 
 from mixboard_cpu.compiled import PANELS, kernel_unusable
 
-pytestmark = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(PANELS)), reason=f"{PANELS} is not built")
 
 
 def from_panels(panels: torch.Tensor, rows: int) -> torch.Tensor:

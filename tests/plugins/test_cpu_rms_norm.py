@@ -13,7 +13,7 @@ from mixboard_cpu.compiled import ROWS, kernel_unusable
 from mixboard_cpu.rms_norm_backend import RMSNormCpu
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_unusable(ROWS), reason=f"{ROWS} is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(ROWS)), reason=f"{ROWS} is not built")
 
 
 def norm(hidden, eps=1e-5, seed=0):

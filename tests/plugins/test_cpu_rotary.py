@@ -14,7 +14,7 @@ from mixboard_cpu.compiled import ROWS, kernel_unusable
 from mixboard_cpu.rotary_backend import RotaryCpu
 from cpu_ops import loaded, oracle
 
-pytestmark = pytest.mark.skipif(kernel_unusable(ROWS), reason=f"{ROWS} is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(ROWS)), reason=f"{ROWS} is not built")
 LLAMA3 = rotary_scaling({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 64})
 

@@ -11,7 +11,8 @@ from mixboard import (ArgmaxSpec, EmbeddingSpec, LinearSpec, MoESpec, Registry, 
 from mixboard.plugins import load
 from mixboard_cpu.compiled import PANELS, ROWS, kernel_unusable
 
-pytestmark = pytest.mark.skipif(kernel_unusable(PANELS) or kernel_unusable(ROWS), reason="mixboard-cpu's kernels are not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(PANELS) or kernel_unusable(ROWS)),
+                                reason="mixboard-cpu's kernels are not built")
 SPECS = {"linear": LinearSpec(), "rms_norm": RMSNormSpec(), "rotary": RotarySpec(),
          "embedding": EmbeddingSpec(tied=True), "argmax": ArgmaxSpec(), "moe": MoESpec()}
 WINNERS = {"linear": "linear_cpu", "rms_norm": "rms_norm_cpu", "rotary": "rotary_cpu", "embedding": "embedding_cpu",

@@ -18,7 +18,7 @@ from mixboard.testing import Mamba1Oracle
 from mixboard_mamba1.cpu_backend import Mamba1Cpu, kernel_unusable
 from test_mamba1_torch import clone, pools, random_weights
 
-pytestmark = pytest.mark.skipif(kernel_unusable(), reason="mixboard_mamba1._decode_step is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable()), reason="mixboard_mamba1._decode_step is not built")
 
 CPU = simulate("cpu")
 SPECS = {

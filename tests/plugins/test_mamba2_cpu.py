@@ -27,7 +27,7 @@ from test_mamba2_torch import Ours, assert_close, hf_mixer, ungated
 sys.path.insert(0, str(Path(__file__).parent / "doubles" / "mamba2"))
 from mamba2_cases import OracleRunner, Runner, fresh_state, random_inputs, random_weights, small_spec  # noqa: E402
 
-pytestmark = pytest.mark.skipif(kernel_unusable(), reason="mixboard_mamba2._prefill is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable()), reason="mixboard_mamba2._prefill is not built")
 
 SPECS = {
     "groups": small_spec(n_groups=2, chunk_size=16),

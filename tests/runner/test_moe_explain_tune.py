@@ -20,7 +20,7 @@ from mixboard_runner.measure import Shape
 from mixboard_runner.run_commands import explain_dict
 from mixboard_runner.tune import tune
 
-pytestmark = pytest.mark.skipif(kernel_unusable(PANELS), reason=f"{PANELS} is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable(PANELS)), reason=f"{PANELS} is not built")
 SPEC = MoESpec(hidden_size=64, num_experts=8, top_k=2, intermediate_size=32)
 LAYERS = [(f"model.layers.{i}.mlp.experts", "moe", SPEC) for i in range(2)]
 HALF = ("model.layers.2.mlp.experts", "moe", MoESpec(**{**SPEC.to_dict(), "dtype": "bfloat16"}))
