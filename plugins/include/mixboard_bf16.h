@@ -1,8 +1,9 @@
 /* bfloat16 <-> float32 for the first-party CPU kernels (no compiler support for the type needed).
  *
  * A bfloat16 is the upper half of a float32: widening is exact (a shift); narrowing rounds to
- * nearest even, as torch does (a NaN stays a quiet NaN, its sign and payload kept). Sixteen at a
- * time (a vec of mixboard_vec.h) or one at a time.
+ * nearest even, as torch does. A NaN stays a quiet NaN with its sign and the top of its payload
+ * (torch's vectorized narrowing writes every NaN as 0xffff instead: the same NaN positions, other
+ * bits). Sixteen at a time (a vec of mixboard_vec.h) or one at a time.
  */
 #ifndef MIXBOARD_BF16_H
 #define MIXBOARD_BF16_H

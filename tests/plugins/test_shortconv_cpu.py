@@ -14,6 +14,7 @@ import torch
 
 from mixboard import ShortConvSpec, ShortConvWeights
 from mixboard.selection import reasons_against
+from mixboard_shortconv import ShortConvTorch
 from mixboard_shortconv.cpu_backend import ShortConvCpu, kernel_unusable
 from mixboard.testing import ShortConvOracle
 from test_shortconv_torch import (
@@ -21,7 +22,7 @@ from test_shortconv_torch import (
     sequence_in_steps, step_meta, torch_runner,
 )
 
-pytestmark = pytest.mark.skipif(kernel_unusable(), reason="mixboard_shortconv._gated_conv is not built")
+pytestmark = pytest.mark.skipif(bool(kernel_unusable()), reason="mixboard_shortconv._gated_conv is not built")
 
 
 @pytest.mark.parametrize("hidden, width, bias", [(24, 3, False), (100, 4, True), (64, 2, False), (37, 5, True)])
@@ -94,7 +95,7 @@ def paged_pool(spec, seed, pad=8):
     return pool, pages
 
 
-@pytest.mark.skipif(kernel_unusable("bfloat16"), reason="mixboard_shortconv._gated_conv_bf16 is not built")
+@pytest.mark.skipif(bool(kernel_unusable("bfloat16")), reason="mixboard_shortconv._gated_conv_bf16 is not built")
 @pytest.mark.parametrize("hidden, width, bias", [(256, 3, False), (37, 5, True), (100, 2, True)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_bfloat16_layers_run_the_kernel_and_match_short_conv_torch(hidden, width, bias, threads):
@@ -134,7 +135,7 @@ def test_bfloat16_layers_run_the_kernel_and_match_short_conv_torch(hidden, width
     assert (pages[:, hidden * (width - 1):] == -7.0).all()
 
 
-@pytest.mark.skipif(kernel_unusable("bfloat16"), reason="mixboard_shortconv._gated_conv_bf16 is not built")
+@pytest.mark.skipif(bool(kernel_unusable("bfloat16")), reason="mixboard_shortconv._gated_conv_bf16 is not built")
 @pytest.mark.parametrize("chunks", [[1, 2, 37], [20, 20], [39, 1]])
 def test_bfloat16_prefill_in_chunks_equals_one_prefill_bit_for_bit(chunks):
     """The kernel rounds B * x to bfloat16 as it makes it, so a chunk's window holds what the state hands the
@@ -145,3 +146,29 @@ def test_bfloat16_prefill_in_chunks_equals_one_prefill_bit_for_bit(chunks):
     chunked, chunked_state = sequence_in_steps(run, spec, weights, 40, chunks)
     assert torch.equal(chunked.view(torch.int16), whole.view(torch.int16))
     assert torch.equal(chunked_state.view(torch.int16), whole_state.view(torch.int16))
+
+
+@pytest.mark.skipif(bool(kernel_unusable("bfloat16")), reason="mixboard_shortconv._gated_conv_bf16 is not built")
+def test_bfloat16_state_keeps_nan_and_infinities_where_short_conv_torch_does():
+    """B * x that is NaN (inf * 0, a NaN input), infinite, or finite in float32 but past bfloat16's
+    largest (rounding up to infinity), in the tokens the state keeps, on channels past the last full 16:
+    the NaNs sit where short_conv_torch's do (torch writes every NaN as 0xffff, the kernel keeps the
+    sign and payload's top: other bits) and every other element equals its bits."""
+    spec = ShortConvSpec(hidden_size=37, conv_width=4, dtype="bfloat16")
+    weights = random_weights(spec, seed=5)
+    B, C, x = (t.clone() for t in random_inputs(spec, 9, seed=11))
+    # 1.4140625 is a bfloat16; its square (1.99957) times 2**127 is finite in float32, past bfloat16's largest
+    big, bigger = 1.4140625 * 2.0 ** 63, 1.4140625 * 2.0 ** 64
+    for t, c, b, v in [(6, 33, float("inf"), 0.0), (7, 34, float("nan"), 1.0), (8, 35, big, bigger),
+                       (8, 36, -float("inf"), 2.0), (7, 32, big, -bigger)]:
+        B[t, c], x[t, c] = b, v
+    pools = []
+    for backend in (ShortConvCpu, ShortConvTorch):
+        pool = random_pool(spec, seed=1)
+        Runner(backend, spec)(B, C, x, weights, pool, step_meta([9], [0], [4]))
+        pools.append(pool["conv"][4])
+    ours, theirs = pools
+    assert torch.equal(ours.isnan(), theirs.isnan()) and ours.isnan().sum() == 2
+    assert ours.isinf().sum() == 3
+    keep = ~ours.isnan()
+    assert torch.equal(ours[keep].view(torch.int16), theirs[keep].view(torch.int16))

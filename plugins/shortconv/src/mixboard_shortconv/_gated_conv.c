@@ -6,7 +6,7 @@
  * a sequence's first new token come from its slot's state (the last W - 1
  * values of bx, oldest first; zeros for a sequence without context), and the
  * slot then holds its last W - 1. Read and written where the slots lie (no
- * gather and scatter of the batch's records; records `stride` floats apart,
+ * gather and scatter of the batch's records; records `stride` elements apart,
  * which may be more than a record where an engine lays them in larger
  * pages), B * x and the gate applied on the
  * way in and out (no [T, hidden] temporaries). Work items: (sequence, 64
