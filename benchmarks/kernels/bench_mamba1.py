@@ -20,11 +20,24 @@ time is the best of ``--repeats`` (the least disturbed by other processes on
 a shared machine). ``--clock cpu`` measures the process's CPU time instead
 of wall time: steadier on a busy machine, meaningful with ``--threads 1``.
 Prints a markdown table.
+
+    python benchmarks/kernels/bench_mamba1.py --cpu-decode [--dtype bfloat16] [--rounds 9]
+
+measures instead one decode step of 16 sequences on scattered slots of pools
+laid in pages, as an engine runs it, one thread: ``mamba1_torch`` against
+``mamba1_cpu`` in the layer's dtype (bfloat16: vLLM's layout on a CPU with
+AVX512-BF16, conv state bfloat16 and SSM state float32), at Jamba's layer
+shape (with its dt/B/C norms) and at this script's Mamba shape. Each round
+alternates the sides, each the median of 50 calls; the table gives the
+median and range over rounds, and the largest difference between the
+outputs over the largest output.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 
 import torch
@@ -70,6 +83,62 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms"
 
 
+CPU_DECODE_SHAPES = {  # name: (d_inner, d_state, d_conv, dt_rank, dt_bc_norms)
+    "Jamba (hidden 256, vLLM lane's)": (512, 16, 4, 16, True),
+    "Mamba (hidden 1024, above)": (2 * HIDDEN, D_STATE, D_CONV, DT_RANK, False),
+}
+
+
+def cpu_decode(rounds: int, dtype: torch.dtype, batch: int = 16, records: int = 64, reps: int = 50) -> None:
+    """mamba1_torch against mamba1_cpu, one decode step (see the docstring)."""
+    from mixboard.testing.conformance.pages import allocate_in_pages
+    from mixboard_mamba1.cpu_backend import Mamba1Cpu
+
+    torch.set_num_threads(1)
+    name = str(dtype).removeprefix("torch.")
+    layout = dict(state_dtype="float32", conv_state_dtype="bfloat16") if dtype == torch.bfloat16 else {}
+    print(f"mamba1 decode step, {batch} sequences on scattered slots of pools in pages; {name}"
+          f"{' (conv state bfloat16, SSM state float32)' if layout else ''}, 1 thread, {rounds} rounds, each the "
+          f"median of {reps} calls, us; load average {os.getloadavg()[0]:.1f}\n")
+    print(f"| layer | `mamba1_torch` {name} | `mamba1_cpu` {name} | speed-up | max difference / max output |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    env, g = simulate("cpu"), torch.Generator().manual_seed(0)
+    for label, (DI, N, W, R, norms) in CPU_DECODE_SHAPES.items():
+        spec = Mamba1Spec(d_inner=DI, d_state=N, d_conv=W, dt_rank=R, dt_bc_norms=norms, dtype=name, **layout)
+        r = lambda *shape, s=0.3: (torch.randn(*shape, generator=g) * s).to(dtype)  # noqa: E731
+        weights = Mamba1Weights(
+            conv_weight=r(DI, W, s=0.5), conv_bias=r(DI, s=0.2), x_proj_weight=r(R + 2 * N, DI),
+            dt_proj_weight=r(DI, R, s=0.5), dt_proj_bias=r(DI, s=1.0) - 2.0,
+            A=-torch.exp(torch.randn(DI, N, generator=g)), D=r(DI, s=1.0),
+            **({f"{p}_norm_weight": 1 + r(n) for p, n in (("dt", R), ("b", N), ("c", N))} if norms else {}))
+        slots = torch.randperm(records, generator=g)[:batch].tolist()
+        meta = CommonBatchMetadata.build([1] * batch, [40] * batch, slots, [[] for _ in slots], 16)
+        x, z = r(batch, DI, s=1.0), r(batch, DI, s=1.0)
+        sides, outs, start = [], [], None
+        for backend in (Mamba1Torch, Mamba1Cpu):
+            state, _ = allocate_in_pages(mamba1_state(spec), records, 16, "cpu")
+            start = start or {k: torch.randn(pool.shape, generator=g) * 0.1 for k, pool in state.items()}
+            for k, pool in state.items():
+                pool.copy_(start[k])  # both sides from the same states
+            impl, build = build_impl(backend, spec, env, "bench.mixer"), backend.builder(spec, env)
+            outs.append(impl.forward(x, z, weights, dict(state), build(meta)))
+            sides.append(lambda impl=impl, build=build, state=state: impl.forward(x, z, weights, state, build(meta)))
+        times = [[], []]
+        for i in range(rounds):
+            for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+                calls = []
+                for _ in range(reps):
+                    start = time.perf_counter()
+                    sides[k]()
+                    calls.append(time.perf_counter() - start)
+                times[k].append(1e6 * statistics.median(calls))
+        t, c = (statistics.median(ts) for ts in times)
+        span = [f"{min(ts):,.0f}-{max(ts):,.0f}" for ts in times]
+        diff = ((outs[0].float() - outs[1].float()).abs().max() / outs[0].float().abs().max()).item()
+        print(f"| {label}: {DI} channels, d_state {N}{', dt/B/C norms' if norms else ''} | {t:,.0f} ({span[0]}) "
+              f"| {c:,.0f} ({span[1]}) | {t / c:.2f}x | {diff:.2g} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="prefill 4 x 256 tokens (transformers takes long at 1,024)")
@@ -77,7 +146,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds per measurement; the best is kept (default 3)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall time (default) or this process's CPU time")
+    parser.add_argument("--cpu-decode", action="store_true", help="mamba1_torch against mamba1_cpu, one decode step")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="with --cpu-decode: the layer's dtype (bfloat16 in vLLM's state layout)")
+    parser.add_argument("--rounds", type=int, default=9, help="with --cpu-decode (default 9)")
     args = parser.parse_args()
+    if args.dtype != "float32" and not args.cpu_decode:
+        parser.error("--dtype goes with --cpu-decode (the transformers comparison runs float32)")
+    if args.cpu_decode:
+        with torch.inference_mode():
+            return cpu_decode(args.rounds, getattr(torch, args.dtype))
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
     prefill_len = 256 if args.quick else PREFILL_LEN

@@ -15,7 +15,7 @@ setup(ext_modules=[Extension(
     "mixboard_mamba1._decode_step",
     sources=["src/mixboard_mamba1/_decode_step.c"],
     include_dirs=[str(SHARED)],
-    depends=[str(SHARED / "mixboard_vec.h")],
+    depends=[str(SHARED / "mixboard_vec.h"), str(SHARED / "mixboard_bf16.h")],
     extra_compile_args=["-O3", "-fopenmp", "-Wno-psabi"],
     extra_link_args=["-fopenmp"],
     optional=True,

@@ -40,7 +40,7 @@ class TestMamba1Torch(Mamba1Conformance):
 class TestMamba1Cpu(Mamba1Conformance):
     backend = "mamba1_cpu"
     device = "cpu"
-    dtypes = ("float32",)  # all it declares
+    dtypes = ("float32", "bfloat16")  # all it declares (bfloat16: the cases with a float32 SSM state)
 
 
 class TestMamba1Cuda(Mamba1Conformance):

@@ -13,13 +13,19 @@
  *   scan:  h = 2^(dt A log2 e) h + dt xc B;  y = (C . h + D xc) silu(z)
  *
  * Slots are read where they are (no gather of the batch's records and no
- * scatter back; records conv_stride / ssm_stride floats apart, which may be
+ * scatter back; records conv_stride / ssm_stride elements apart, which may be
  * more than a record where an engine lays them in larger pages), and the state record of a channel (N floats) is updated in
  * registers while it is read for y. Three phases in one OpenMP region:
  * conv over (row, block of channels), projection per row, scan over (row,
  * block of channels). Arithmetic in float32, sixteen lanes at a time, with
  * GCC's vector extension (one AVX-512 register, two AVX2 or four SSE ones;
  * target_clones picks at load time).
+ *
+ * The conv pool is float32 (step) or bfloat16 (step_bf16: vLLM keeps a
+ * bfloat16 model's conv states so, its SSM states float32); each element
+ * widened as read and narrowed to nearest even as written (mixboard_bf16.h).
+ * A bfloat16 model's inputs are bfloat16 already, so its states hold them
+ * exactly. Everything else is float32 in both.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixboard_bf16.h"
 #include "mixboard_vec.h"
 
 #define BLOCK 64  /* channels per work item of the conv and scan phases */
@@ -81,27 +88,39 @@ typedef struct {
     const float *Dskip;     /* [D] */
     const float *dt_norm, *b_norm, *c_norm;  /* [R], [N], [N]; all NULL without dt_bc_norms */
     float eps;              /* the norms' epsilon */
-    float *conv, *ssm;      /* pools of records [D, W - 1] and [D, N], each contiguous */
-    long conv_stride, ssm_stride;  /* floats from one record to the next */
+    void *conv;             /* pool of records [D, W - 1], each contiguous: float32 or bfloat16 (conv_bf16) */
+    int conv_bf16;
+    float *ssm;             /* pool of records [D, N], each contiguous */
+    long conv_stride, ssm_stride;  /* elements from one record to the next */
     const int64_t *slots;   /* [n] */
     float *y;               /* [n, D], rows ldy apart */
     long ldy;
     float *xc, *xdbl;       /* scratch [n, D] and [n, R + 2N] */
 } step_args;
 
-/* Row i, channels [d0, d1): the conv window and its shift, then silu (W a
- * constant where conv_rows instantiates it: no loops per channel). */
-INLINE void conv_width(const step_args *a, long i, long d0, long d1, const long W) {
+/* Row i, channels [d0, d1): the conv window and its shift, then silu (W and
+ * the pool's element type constants where conv_rows instantiates it: no
+ * loops or branches per channel). */
+INLINE void conv_width(const step_args *a, long i, long d0, long d1, const long W, const int bf16) {
     const long keep = W - 1;
     const float *x = a->x + i * a->ldx;
-    float *state = a->conv + a->slots[i] * a->conv_stride, *xc = a->xc + i * a->D;
+    float *xc = a->xc + i * a->D;
+    float *state = (float *)a->conv + a->slots[i] * a->conv_stride;
+    uint16_t *state16 = (uint16_t *)a->conv + a->slots[i] * a->conv_stride;
     for (long d = d0; d < d1; d++) {
         const float *w = a->conv_w + d * W;
-        float *s = state + d * keep;
         float acc = (a->conv_b ? a->conv_b[d] : 0.0f) + x[d] * w[keep];
-        for (long k = 0; k < keep; k++) acc += s[k] * w[k];
-        for (long k = 0; k + 1 < keep; k++) s[k] = s[k + 1];
-        if (keep) s[keep - 1] = x[d];
+        if (bf16) {  /* the shift moves bits as they are; only the new input is narrowed */
+            uint16_t *s = state16 + d * keep;
+            for (long k = 0; k < keep; k++) acc += widen(s[k]) * w[k];
+            for (long k = 0; k + 1 < keep; k++) s[k] = s[k + 1];
+            if (keep) s[keep - 1] = narrow(x[d]);
+        } else {
+            float *s = state + d * keep;
+            for (long k = 0; k < keep; k++) acc += s[k] * w[k];
+            for (long k = 0; k + 1 < keep; k++) s[k] = s[k + 1];
+            if (keep) s[keep - 1] = x[d];
+        }
         xc[d] = acc;
     }
     for (long d = d0; d < d1; d += LANES) {
@@ -111,11 +130,15 @@ INLINE void conv_width(const step_args *a, long i, long d0, long d1, const long 
 }
 
 CLONES static void conv_rows(const step_args *a, long i, long d0, long d1) {
-    switch (a->W) {
-    case 4: conv_width(a, i, d0, d1, 4); break;
-    case 3: conv_width(a, i, d0, d1, 3); break;
-    case 2: conv_width(a, i, d0, d1, 2); break;
-    default: conv_width(a, i, d0, d1, a->W); break;
+    const int bf16 = a->conv_bf16;
+    switch (a->W * 2 + bf16) {
+    case 8: conv_width(a, i, d0, d1, 4, 0); break;
+    case 9: conv_width(a, i, d0, d1, 4, 1); break;
+    case 6: conv_width(a, i, d0, d1, 3, 0); break;
+    case 7: conv_width(a, i, d0, d1, 3, 1); break;
+    case 4: conv_width(a, i, d0, d1, 2, 0); break;
+    case 5: conv_width(a, i, d0, d1, 2, 1); break;
+    default: conv_width(a, i, d0, d1, a->W, bf16); break;
     }
 }
 
@@ -248,13 +271,13 @@ static void step(const step_args *a) {
 
 /* step(x, ldx, z, ldz, n, D, N, R, W, conv_w, conv_b, xproj_t, dt_p, dt_b, A2, Dskip, conv, conv_stride, ssm,
  * ssm_stride, slots, y, ldy, dt_norm, b_norm, c_norm, eps): addresses as ints (tensor.data_ptr(), 0 for no
- * conv bias and for no norms), the pools' record strides in floats, eps a float; the impl has checked shapes,
- * dtypes, record layout and slots (InputChecks) before it calls. */
-static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
+ * conv bias and for no norms), the pools' record strides in elements, eps a float; the impl has checked shapes,
+ * dtypes, record layout and slots (InputChecks) before it calls. step_bf16 takes the same over a bfloat16
+ * conv pool. */
+static PyObject *step_over(PyObject *const *args, Py_ssize_t nargs, int conv_bf16) {
     long long v[26];
     if (nargs != 27) {
-        PyErr_SetString(PyExc_TypeError, "step() takes 27 arguments");
+        PyErr_SetString(PyExc_TypeError, conv_bf16 ? "step_bf16() takes 27 arguments" : "step() takes 27 arguments");
         return NULL;
     }
     const double eps = PyFloat_AsDouble(args[26]);
@@ -269,7 +292,8 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         .conv_w = (const float *)(intptr_t)v[9], .conv_b = (const float *)(intptr_t)v[10],
         .xproj_t = (const float *)(intptr_t)v[11], .dt_p = (const float *)(intptr_t)v[12],
         .dt_b = (const float *)(intptr_t)v[13], .A2 = (const float *)(intptr_t)v[14],
-        .Dskip = (const float *)(intptr_t)v[15], .conv = (float *)(intptr_t)v[16], .conv_stride = v[17],
+        .Dskip = (const float *)(intptr_t)v[15], .conv = (void *)(intptr_t)v[16], .conv_bf16 = conv_bf16,
+        .conv_stride = v[17],
         .ssm = (float *)(intptr_t)v[18], .ssm_stride = v[19], .slots = (const int64_t *)(intptr_t)v[20],
         .y = (float *)(intptr_t)v[21], .ldy = v[22], .dt_norm = (const float *)(intptr_t)v[23],
         .b_norm = (const float *)(intptr_t)v[24], .c_norm = (const float *)(intptr_t)v[25], .eps = (float)eps,
@@ -290,11 +314,23 @@ static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
+static PyObject *py_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return step_over(args, nargs, 0);
+}
+
+static PyObject *py_step_bf16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return step_over(args, nargs, 1);
+}
+
 static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))py_step, METH_FASTCALL,
      "step(x, ldx, z, ldz, n, D, N, R, W, conv_w, conv_b, xproj_t, dt_p, dt_b, A2, Dskip, conv, conv_stride, ssm, "
      "ssm_stride, slots, y, ldy, dt_norm, b_norm, c_norm, eps): one Mamba-1 decode step over the state pools, "
-     "in place (addresses as ints, 0 for no conv bias or no norms; record strides in floats)."},
+     "in place (addresses as ints, 0 for no conv bias or no norms; record strides in elements)."},
+    {"step_bf16", (PyCFunction)(void (*)(void))py_step_bf16, METH_FASTCALL,
+     "step_bf16(...): step() over a bfloat16 conv pool (widened as read, narrowed to nearest even as written)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,10 @@
 """The ``mamba1_cpu`` impl: ``mamba1_torch``'s, with a step of decodes only
 run by the C kernel (``_decode_step.c``) in one call. The kernel takes each
 pool's record stride, so slots that sit in larger pages (an engine's hybrid
-cache) are updated in place too."""
+cache) are updated in place too. A bfloat16 layer's x and z are widened to
+float32 copies for the kernel (a decode step's rows: small) and its output
+narrowed once; its conv pool may be bfloat16 (step_bf16), its SSM pool is
+float32."""
 
 from __future__ import annotations
 
@@ -16,6 +19,11 @@ from .torch_impl import Mamba1TorchImpl
 from . import _decode_step  # noqa: E402  (after torch: the kernel then shares torch's OpenMP runtime)
 
 
+# the kernel's entry per conv pool dtype (the SSM pool is float32)
+STEP_OVER = {torch.float32: _decode_step.step, torch.bfloat16: _decode_step.step_bf16}
+SERVED = (torch.float32, torch.bfloat16)  # layer dtypes
+
+
 class Mamba1CpuImpl(Mamba1TorchImpl):
     _prepared: tuple[object, tuple[torch.Tensor, ...]] | None = None
 
@@ -23,24 +31,25 @@ class Mamba1CpuImpl(Mamba1TorchImpl):
         spec, layer = self.spec, self.layer_name
         meta = SlotStep.of(layer, meta, spec.d_conv)
         conv, ssm = state.get("conv"), state.get("ssm")
-        if not (meta.all_decodes and x.dtype == torch.float32 and isinstance(conv, torch.Tensor)
-                and isinstance(ssm, torch.Tensor)):
+        if not (meta.all_decodes and x.dtype in SERVED and isinstance(conv, torch.Tensor)
+                and isinstance(ssm, torch.Tensor) and conv.dtype in STEP_OVER and ssm.dtype == torch.float32):
             return super().forward(x, z, weights, state, meta)
         self.check(layer, x, z, weights, state, meta)  # records contiguous, strides at least a record (the contract)
         conv_w, conv_b, xproj_t, dt_p, dt_b, A2, skip, *norm_weights = self._weights(weights)
         norms = [w.data_ptr() for w in norm_weights] if spec.dt_bc_norms else [0, 0, 0]  # 0: no norms
-        x, z = _rows(x), _rows(z)
+        dtype = x.dtype
+        x, z = _rows(x.float()), _rows(z.float())  # no copy in float32
         n, D = x.shape
         y = torch.empty(n, D)
         if n:
             slots = meta.decode_slots.contiguous()
-            _decode_step.step(x.data_ptr(), x.stride(0), z.data_ptr(), z.stride(0), n, D, spec.d_state, spec.dt_rank,
-                              spec.d_conv, conv_w.data_ptr(), 0 if conv_b is None else conv_b.data_ptr(),
-                              xproj_t.data_ptr(), dt_p.data_ptr(), dt_b.data_ptr(), A2.data_ptr(), skip.data_ptr(),
-                              conv.data_ptr(), record_stride(conv, D * (spec.d_conv - 1)), ssm.data_ptr(),
-                              record_stride(ssm, D * spec.d_state),
-                              slots.data_ptr(), y.data_ptr(), y.stride(0), *norms, spec.norm_eps)
-        return y
+            STEP_OVER[conv.dtype](
+                x.data_ptr(), x.stride(0), z.data_ptr(), z.stride(0), n, D, spec.d_state, spec.dt_rank, spec.d_conv,
+                conv_w.data_ptr(), 0 if conv_b is None else conv_b.data_ptr(), xproj_t.data_ptr(), dt_p.data_ptr(),
+                dt_b.data_ptr(), A2.data_ptr(), skip.data_ptr(), conv.data_ptr(),
+                record_stride(conv, D * (spec.d_conv - 1)), ssm.data_ptr(), record_stride(ssm, D * spec.d_state),
+                slots.data_ptr(), y.data_ptr(), y.stride(0), *norms, spec.norm_eps)
+        return y.to(dtype)
 
     def _weights(self, weights):
         """The layouts the kernel reads, made once per weights record (frozen, so they cannot go stale)."""

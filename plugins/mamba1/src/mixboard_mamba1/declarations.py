@@ -19,10 +19,10 @@ MAMBA1_CPU = PLUGIN(
     name="mamba1_cpu",
     priority=20,  # above mamba1_torch, which serves everything this does not
     devices=("cpu",),
-    dtypes=("float32",),
+    dtypes=("float32", "bfloat16"),  # the SSM state float32 either way (its check)
     capture="never",  # its kernel reads SlotStep.decode_slots, made once per meta on first use
     description=("mamba1_torch with decode steps in one C call per layer (conv, projections and state update "
-                 "read and written in the state pools in place); CPU, float32"),
+                 "read and written in the state pools in place); CPU, float32 or bfloat16, SSM state float32"),
 )
 
 MAMBA1_CUDA = PLUGIN(
