@@ -114,12 +114,12 @@ def cpu_decode(rounds: int, dtype: torch.dtype, batch: int = 16, records: int = 
         slots = torch.randperm(records, generator=g)[:batch].tolist()
         meta = CommonBatchMetadata.build([1] * batch, [40] * batch, slots, [[] for _ in slots], 16)
         x, z = r(batch, DI, s=1.0), r(batch, DI, s=1.0)
-        sides, outs, start = [], [], None
+        sides, outs, initial = [], [], None
         for backend in (Mamba1Torch, Mamba1Cpu):
             state, _ = allocate_in_pages(mamba1_state(spec), records, 16, "cpu")
-            start = start or {k: torch.randn(pool.shape, generator=g) * 0.1 for k, pool in state.items()}
+            initial = initial or {k: torch.randn(pool.shape, generator=g) * 0.1 for k, pool in state.items()}
             for k, pool in state.items():
-                pool.copy_(start[k])  # both sides from the same states
+                pool.copy_(initial[k])  # both sides from the same states
             impl, build = build_impl(backend, spec, env, "bench.mixer"), backend.builder(spec, env)
             outs.append(impl.forward(x, z, weights, dict(state), build(meta)))
             sides.append(lambda impl=impl, build=build, state=state: impl.forward(x, z, weights, state, build(meta)))

@@ -127,6 +127,8 @@ BF16_SPECS = {  # vLLM's bfloat16 layout (conv state bfloat16, SSM state float32
                                      state_dtype="float32"),
     # a float32 layer keeping its conv state in bfloat16: the kernel narrows each input it keeps
     "float32_layer": Mamba1Spec(d_inner=40, d_state=16, d_conv=4, dt_rank=4, conv_state_dtype="bfloat16"),
+    "conv_5": Mamba1Spec(d_inner=32, d_state=16, d_conv=5, dt_rank=2, dtype="bfloat16", state_dtype="float32",
+                         conv_state_dtype="bfloat16"),  # a width conv_rows does not instantiate
 }
 
 
@@ -182,3 +184,28 @@ def test_bfloat16_decodes_run_the_kernel_and_match_mamba1_torch(monkeypatch, nam
         torch.testing.assert_close(ours["ssm"].double(), theirs["ssm"], atol=2e-4, rtol=1e-4)
     assert pages.changed() is None
     assert calls == [conv_dtype] * 4  # the mixed step is mamba1_torch's; each decode step one kernel call
+
+
+@pytest.mark.parametrize("fields", [dict(dtype="bfloat16"), dict(dtype="bfloat16", state_dtype="float32",
+                                                                  conv_state_dtype="float16")])
+def test_an_impl_built_for_states_the_kernel_does_not_keep_never_calls_it(monkeypatch, fields):
+    """Selection refuses these specs (the SSM state in bfloat16, the conv state in float16); an impl built
+    for one directly still never hands the kernel pools it would misread: it runs mamba1_torch's code."""
+    from mixboard.kinds.mamba1 import mamba1_state
+    from mixboard.testing import allocate_state
+    from mixboard_mamba1 import cpu_impl
+    from mixboard_mamba1.torch_backend import Mamba1Torch
+
+    spec = Mamba1Spec(d_inner=32, d_state=16, d_conv=4, dt_rank=2, **fields)
+    for dtype in list(cpu_impl.STEP_OVER):
+        monkeypatch.setitem(cpu_impl.STEP_OVER, dtype, lambda *args: pytest.fail("the kernel was called"))
+    weights = random_weights(spec, seed=2, dtype=torch.bfloat16)
+    ours, theirs = (allocate_state(mamba1_state(spec), 10) for _ in range(2))
+    for pool in ours:
+        ours[pool].copy_(torch.randn(ours[pool].shape))
+        theirs[pool].copy_(ours[pool])
+    meta = CommonBatchMetadata.build([1, 1], [3, 5], [4, 7], [[], []], block_size=16)
+    x, z = torch.randn(2, 32).bfloat16(), torch.randn(2, 32).bfloat16()
+    got = cpu_impl.Mamba1CpuImpl(spec).forward(x, z, weights, ours, meta)
+    want = build_impl(Mamba1Torch, spec, CPU, "layer").forward(x, z, weights, theirs, meta)
+    assert torch.equal(got, want)

@@ -105,18 +105,17 @@ INLINE void conv_width(const step_args *a, long i, long d0, long d1, const long 
     const long keep = W - 1;
     const float *x = a->x + i * a->ldx;
     float *xc = a->xc + i * a->D;
-    float *state = (float *)a->conv + a->slots[i] * a->conv_stride;
-    uint16_t *state16 = (uint16_t *)a->conv + a->slots[i] * a->conv_stride;
+    const long record = a->slots[i] * a->conv_stride;  /* elements, of the pool's type */
     for (long d = d0; d < d1; d++) {
         const float *w = a->conv_w + d * W;
         float acc = (a->conv_b ? a->conv_b[d] : 0.0f) + x[d] * w[keep];
         if (bf16) {  /* the shift moves bits as they are; only the new input is narrowed */
-            uint16_t *s = state16 + d * keep;
+            uint16_t *s = (uint16_t *)a->conv + record + d * keep;
             for (long k = 0; k < keep; k++) acc += widen(s[k]) * w[k];
             for (long k = 0; k + 1 < keep; k++) s[k] = s[k + 1];
             if (keep) s[keep - 1] = narrow(x[d]);
         } else {
-            float *s = state + d * keep;
+            float *s = (float *)a->conv + record + d * keep;
             for (long k = 0; k < keep; k++) acc += s[k] * w[k];
             for (long k = 0; k + 1 < keep; k++) s[k] = s[k + 1];
             if (keep) s[keep - 1] = x[d];
