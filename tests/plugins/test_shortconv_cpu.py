@@ -16,7 +16,9 @@ from mixboard import ShortConvSpec, ShortConvWeights
 from mixboard.selection import reasons_against
 from mixboard_shortconv import ShortConvTorch
 from mixboard_shortconv.cpu_backend import ShortConvCpu, kernel_unusable
+from mixboard.kinds.short_conv import short_conv_state
 from mixboard.testing import ShortConvOracle
+from mixboard.testing.conformance.pages import allocate_in_pages
 from test_shortconv_torch import (
     CPU, SLOTS, Runner, lfm2_module, our_layer, random_inputs, random_pool, random_step, random_weights, run_steps,
     sequence_in_steps, step_meta, torch_runner,
@@ -85,16 +87,6 @@ class CountingKernel:
         return self.module.step(*args)
 
 
-def paged_pool(spec, seed, pad=8):
-    """A random conv pool whose records lie ``pad`` elements apart inside larger pages, as an engine lays them;
-    returns (pool view, the pages)."""
-    n = spec.hidden_size * (spec.conv_width - 1)
-    pages = torch.full((SLOTS, n + pad), -7.0, dtype=getattr(torch, spec.dtype))
-    pool = pages[:, :n].view(SLOTS, spec.hidden_size, spec.conv_width - 1)
-    pool.copy_(random_pool(spec, seed)["conv"])
-    return pool, pages
-
-
 @pytest.mark.skipif(bool(kernel_unusable("bfloat16")), reason="mixboard_shortconv._gated_conv_bf16 is not built")
 @pytest.mark.parametrize("hidden, width, bias", [(256, 3, False), (37, 5, True), (100, 2, True)])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -110,7 +102,10 @@ def test_bfloat16_layers_run_the_kernel_and_match_short_conv_torch(hidden, width
     weights = random_weights(spec, seed=width)
     cpu, ref = Runner(ShortConvCpu, spec), torch_runner(spec)
     cpu.impl._kernel = counting = CountingKernel(cpu.impl._kernel)
-    (ours, pages), (theirs, _) = paged_pool(spec, seed=3), paged_pool(spec, seed=3)
+    ours, pages = allocate_in_pages(short_conv_state(spec), SLOTS, 16, "cpu")
+    ours = ours["conv"]
+    ours.copy_(random_pool(spec, seed=3)["conv"])
+    theirs = random_pool(spec, seed=3)["conv"]
     exact = random_pool(spec, seed=3)["conv"].double()
     oracle = ShortConvOracle(ShortConvSpec(hidden_size=hidden, conv_width=width, conv_bias=bias, dtype="float64"))
     weights64 = ShortConvWeights(weights.conv_weight.double(),
@@ -132,7 +127,7 @@ def test_bfloat16_layers_run_the_kernel_and_match_short_conv_torch(hidden, width
         torch.set_num_threads(before)
     assert counting.calls == len(steps)
     assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16))
-    assert (pages[:, hidden * (width - 1):] == -7.0).all()
+    assert pages.changed() is None
 
 
 @pytest.mark.skipif(bool(kernel_unusable("bfloat16")), reason="mixboard_shortconv._gated_conv_bf16 is not built")
