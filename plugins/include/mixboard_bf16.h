@@ -22,21 +22,21 @@ INLINE vec widen_vec(const uint16_t *p) {
     return (vec)(__builtin_convertvector(h, uvec) << 16);
 }
 
-INLINE void narrow_vec(uint16_t *p, vec v) {
+/* Each lane of v as the bfloat16 it rounds to, in the lane's low 16 bits: the one rounding rule that
+ * narrow_vec and round_vec share (narrow, scalar, is the same rule one value at a time). */
+INLINE uvec bf16_bits(vec v) {
     const uvec u = (uvec)v;
     const uvec nan = (uvec)((u & 0x7fffffffu) > 0x7f800000u);
-    const uvec rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const bf16_vec h = __builtin_convertvector((nan & ((u >> 16) | 0x40u)) | (~nan & rounded), bf16_vec);
+    return (nan & ((u >> 16) | 0x40u)) | (~nan & ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+INLINE void narrow_vec(uint16_t *p, vec v) {
+    const bf16_vec h = __builtin_convertvector(bf16_bits(v), bf16_vec);
     memcpy(p, &h, sizeof h);
 }
 
 /* v rounded to bfloat16 and widened back, in registers: what narrow_vec then widen_vec would give. */
-INLINE vec round_vec(vec v) {
-    const uvec u = (uvec)v;
-    const uvec nan = (uvec)((u & 0x7fffffffu) > 0x7f800000u);
-    const uvec rounded = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
-    return (vec)((nan & ((u | 0x400000u) & 0xffff0000u)) | (~nan & rounded));
-}
+INLINE vec round_vec(vec v) { return (vec)(bf16_bits(v) << 16); }
 
 INLINE float widen(uint16_t h) {
     const uint32_t u = (uint32_t)h << 16;
