@@ -25,13 +25,12 @@ class ShortConvCpuImpl(ShortConvTorchImpl):
         super().__init__(spec)
         # imported after torch: the kernel then shares torch's OpenMP runtime
         self._kernel = importlib.import_module(KERNELS[spec.dtype])
-        self._dtype = getattr(torch, spec.dtype)
 
     def forward(self, B, C, x, weights, state, meta):
         meta = SlotStep.of(self.layer_name, meta, self.spec.conv_width)
         pool = check_inputs(self.layer_name, self.want, B, C, x, weights, state, meta)
         # check_inputs holds the pool to the state contract: records contiguous, a record or more apart
-        if not (x.dtype == pool.dtype == self._dtype and B.stride(-1) == C.stride(-1) == x.stride(-1) == 1):
+        if not (x.dtype == pool.dtype == self.want.dtype and B.stride(-1) == C.stride(-1) == x.stride(-1) == 1):
             return super().forward(B, C, x, weights, state, meta)
         if self._prepared is None or self._prepared[0] is not weights:  # frozen records: laid out once
             bias = None if weights.conv_bias is None else weights.conv_bias.detach().float().contiguous()
