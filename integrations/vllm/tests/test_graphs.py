@@ -1,18 +1,16 @@
 """Graphs without an engine (vLLM's CPU build captures none): the capture level a plan's backends
-declare, vLLM told NEVER, and the splitting ops where vLLM captures piecewise CUDA graphs."""
+declare and the splitting ops where vLLM captures piecewise CUDA graphs. What vLLM is told, and
+the steps it replays from full graphs: test_replay.py."""
 
 from types import SimpleNamespace
 
 import pytest
 from vllm.config.compilation import CompilationConfig, CompilationMode, CUDAGraphMode
-from vllm.v1.attention.backend import AttentionCGSupport
 
 from mixboard import AttentionSpec, Mamba2Spec, get_registry
 from mixboard.capture import NEVER, UNIFORM_DECODE
 from mixboard_vllm import graphs, ops
-from mixboard_vllm.attention import MixboardAttentionBuilder
 from mixboard_vllm.errors import StartupError
-from mixboard_vllm.slots import MixboardSlotsBuilder
 
 ATTN = ("model.layers.0.self_attn.attn", "attention", AttentionSpec(num_heads=4, num_kv_heads=2, head_size=32))
 MAMBA2 = ("model.layers.1.mixer", "mamba2", Mamba2Spec(num_heads=8, head_dim=32, d_state=16))
@@ -29,11 +27,6 @@ def test_the_level_is_the_weakest_declaration_of_the_planned_backends():
     assert graphs.planned_level(split) == NEVER
 
 
-def test_vllm_is_told_never():
-    for builder in (MixboardAttentionBuilder, MixboardSlotsBuilder):
-        assert builder.get_cudagraph_support(None, None) is AttentionCGSupport.NEVER
-
-
 def config(mode, cudagraph_mode, splitting_ops):
     cc = CompilationConfig(mode=mode, cudagraph_mode=cudagraph_mode, splitting_ops=splitting_ops)
     return SimpleNamespace(compilation_config=cc)
@@ -44,13 +37,33 @@ def test_mixboards_ops_must_split_piecewise_graphs():
     piecewise = CompilationMode.VLLM_COMPILE
     ops.check_graph_splits(config(piecewise, CUDAGraphMode.PIECEWISE, [attention, mixer]), {"attention", "mamba2"})
     ops.check_graph_splits(config(piecewise, CUDAGraphMode.PIECEWISE, [attention]), {"attention"})
-    # full graphs alone, or none: vLLM's to resolve with the builders' NEVER
+    # full graphs alone, or none: vLLM's to resolve with what the builders support
     ops.check_graph_splits(config(piecewise, CUDAGraphMode.FULL, []), {"attention", "mamba2"})
     ops.check_graph_splits(config(CompilationMode.DYNAMO_TRACE_ONCE, CUDAGraphMode.NONE, []), {"mamba2"})
     with pytest.raises(StartupError, match=r"add mixboard_vllm::mixer to compilation_config.splitting_ops"):
         ops.check_graph_splits(config(piecewise, CUDAGraphMode.FULL_AND_PIECEWISE, [attention]), {"attention", "mamba2"})
     with pytest.raises(StartupError, match=r"add mixboard_vllm::mixer and vllm::unified_attention_with_output"):
         ops.check_graph_splits(config(piecewise, CUDAGraphMode.PIECEWISE, ["vllm::other"]), {"attention", "short_conv"})
+
+
+def test_full_graphs_turn_piecewise_only_where_mixboards_op_splits_them():
+    """vLLM resolves FULL, for builders that support less than ALWAYS (mixboard's always do), to
+    FULL_AND_PIECEWISE only where the splitting ops hold all of its attention ops, and those
+    include mixboard's once the integration is loaded (compat.split_graph_at); else to
+    FULL_DECODE_ONLY, no piecewise graph. So a user's FULL never puts the mixer op in a piecewise
+    graph, though check_graph_splits lets FULL through."""
+    from mixboard_vllm import compat
+
+    compat.split_graph_at(ops.QUALIFIED)  # what the integration's register() does in every process
+    everything = list(CompilationConfig._attention_ops)  # vLLM's own list, which the user's must hold
+    assert ops.QUALIFIED in everything
+    without = [op for op in everything if op != ops.QUALIFIED]
+
+    def splits_piecewise(splitting_ops):
+        cc = config(CompilationMode.VLLM_COMPILE, CUDAGraphMode.FULL, splitting_ops).compilation_config
+        return cc.splitting_ops_contain_attention()
+
+    assert splits_piecewise(everything) and not splits_piecewise(without)
 
 
 def test_the_op_is_registered_once_per_process():

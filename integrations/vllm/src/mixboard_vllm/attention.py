@@ -19,7 +19,7 @@ from vllm.v1.kv_cache_interface import KVCacheLayout
 from mixboard.dtypes import dtype_name
 
 from . import compat, state
-from .batch import StepMeta, build_step, to_common
+from .batch import to_common, to_uniform_common
 from .builder import GroupsBuilder
 from .errors import StartupError
 from .plan import process_plan
@@ -86,8 +86,10 @@ class MixboardAttentionBuilder(GroupsBuilder):
                                f"a multiple of {need}, which the planned attention backends need; pass "
                                f"block_size={need * max(1, self.block_size // need)} (--block-size)")
 
-    def build(self, common_prefix_len: int, common_attn_metadata, fast_build: bool = False) -> StepMeta:
-        return build_step(to_common(common_attn_metadata, self.block_size, paged=True), self.groups, self.builders)
+    def translate(self, cm, *, uniform: bool, capture: bool = False):
+        if uniform:
+            return to_uniform_common(cm, self.block_size, paged=True, capture=capture)
+        return to_common(cm, self.block_size, paged=True)
 
 
 def attention_spec(name: str, layer):

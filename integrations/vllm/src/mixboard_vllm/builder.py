@@ -1,6 +1,7 @@
 """What every mixboard metadata builder inside vLLM shares: decodes first (mixboard's order), the
-plan groups of the layers vLLM gave it, and the groups' own builders. vLLM captures none of them
-in CUDA graphs (``NEVER``): graphs.py says why."""
+plan groups of the layers vLLM gave it, the groups' own builders, and what vLLM may capture in
+full CUDA graphs: the weakest declaration of the planned backends (graphs.py), whose steps are
+kept recorded and refilled (replay.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ from typing import ClassVar
 
 from vllm.v1.attention.backend import AttentionCGSupport, AttentionMetadataBuilder
 
-from . import compat
-from .batch import StepMeta
+from . import compat, graphs
+from .batch import StepMeta, build_step
 from .plan import process_plan
+from .replay import Recordings
 
 
 class GroupsBuilder(AttentionMetadataBuilder[StepMeta]):
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER  # before a plan is made
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
+        # asked by vLLM's worker once its builders exist, so this process's plan is made
+        return graphs.vllm_support(process_plan(vllm_config).plan)
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -22,3 +29,21 @@ class GroupsBuilder(AttentionMetadataBuilder[StepMeta]):
         self.plan = process_plan(vllm_config)
         self.groups = sorted({self.plan.layer(n).group for n in layer_names})
         self.builders = self.plan.builders
+        captured = graphs.vllm_support(self.plan.plan) is not AttentionCGSupport.NEVER
+        self.recordings = Recordings(self.groups, self.builders, captured)
+
+    def translate(self, cm, *, uniform: bool, capture: bool = False):
+        """vLLM's CommonAttentionMetadata -> mixboard's CommonBatchMetadata (per subclass)."""
+        raise NotImplementedError
+
+    def build(self, common_prefix_len: int, common_attn_metadata, fast_build: bool = False) -> StepMeta:
+        replayed = self.recordings.step(common_attn_metadata, self.translate, capture=False)
+        if replayed is not None:
+            return replayed
+        return build_step(self.translate(common_attn_metadata, uniform=False), self.groups, self.builders)
+
+    def build_for_cudagraph_capture(self, common_attn_metadata) -> StepMeta:
+        recorded = self.recordings.step(common_attn_metadata, self.translate, capture=True)
+        if recorded is not None:
+            return recorded
+        return build_step(self.translate(common_attn_metadata, uniform=False), self.groups, self.builders)

@@ -242,7 +242,9 @@ def split_graph_at(qualified_op: str) -> None:
 
 def graph_splits(vllm_config) -> tuple[bool, list[str]]:
     """(does vLLM capture piecewise CUDA graphs between splitting ops here, the splitting ops).
-    Full graphs (FULL, FULL_DECODE_ONLY) are vLLM's to refuse: the builders say NEVER."""
+    Full graphs are vLLM's to resolve with what the builders support (never ALWAYS): FULL becomes
+    FULL_AND_PIECEWISE only where the splitting ops hold every op of its attention list, mixboard's
+    among them (split_graph_at), and FULL_DECODE_ONLY otherwise (config/compilation.py:1388)."""
     cc = vllm_config.compilation_config
     mode = cc.cudagraph_mode
     piecewise = mode is not None and mode.has_piecewise_cudagraphs()

@@ -4,13 +4,16 @@ Each backend declares how far its forward may be captured (``Backend.capture``, 
 conformance kit: ``mixboard.capture``); ``planned_level`` is the weakest declaration among the
 backends the process's plan runs, in either phase, and the plan's log line shows it.
 
-vLLM is told NEVER whatever the backends declare (builder.py), so it runs mixboard's layers
-eagerly between its graphs. Its full graphs do not yet fit mixboard's step contract, as vLLM 0.32
-builds them (v1/worker/gpu_model_runner.py): the capture run's dummy decodes have no context (so
-they are prefills to mixboard), a padded batch has requests of no tokens and PAD slots (-1) that
-a backend would write through, and UNIFORM_SINGLE_TOKEN_DECODE also replays batches of one-token
-fresh prompts, which mixboard's "uniform_decode" does not promise. Translating those is the
-integration's work, to be done and verified on a GPU (docs/vllm.md, "CUDA and CUDA graphs").
+vLLM is told the level it may capture (``vllm_support``): NEVER, or, where every planned backend
+may be replayed for steps of decodes (``uniform_decode`` or ``any``), UNIFORM_SINGLE_TOKEN_DECODE:
+vLLM then records full graphs of one-token batches and runs mixed batches between its piecewise
+graphs, mixboard's layers eagerly. vLLM 0.32's full graphs do not fit mixboard's step contract as
+they come (v1/worker/gpu_model_runner.py): the capture run's requests have no context (prefills, to
+mixboard), a padded batch has requests of no tokens and PAD slots (-1) that a backend would write
+through, and such a batch may hold a fresh prompt of one token. replay.py and
+batch.to_uniform_common translate them; mixed batches are not translated, so ``any`` is told as
+uniform decodes too. Verified on CPU against vLLM's own metadata (test_replay.py); no GPU has run
+it (docs/vllm.md, "CUDA and CUDA graphs").
 """
 
 from __future__ import annotations
@@ -26,3 +29,12 @@ def planned_level(plan) -> str:
         if layer.decode_selection is not None:
             backends.append(layer.decode_selection.backend)
     return weakest(getattr(b, "capture", NEVER) for b in backends)
+
+
+def vllm_support(plan):
+    """What vLLM is told (an AttentionCGSupport) for a plan: see the module's docstring."""
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    if planned_level(plan) == NEVER:
+        return AttentionCGSupport.NEVER
+    return AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE

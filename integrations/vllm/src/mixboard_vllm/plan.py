@@ -135,9 +135,10 @@ class ProcessPlan:
                     impl = SplitImpl(impl, self._impl(lp.decode_selection, lp), registry.kind(lp.kind).row_inputs)
                 self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, impl, gid, group.state_spec)
         init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms; the "
-                        "backends may be captured: %s, vLLM is told never):\n%s",
+                        "backends may be captured: %s, vLLM is told %s):\n%s",
                         self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
                         len(self.plan.groups), (time.perf_counter() - t0) * 1e3, graphs.planned_level(self.plan),
+                        graphs.vllm_support(self.plan).name,
                         table.render(self.plan))
 
     def _builder(self, selection, spec):

@@ -6,15 +6,16 @@ from __future__ import annotations
 from vllm.v1.attention.backend import AttentionBackend
 
 from . import compat
-from .batch import StepMeta, build_step, to_common
+from .batch import to_common, to_uniform_common
 from .builder import GroupsBuilder
 
 
 class MixboardSlotsBuilder(GroupsBuilder):
-    def build(self, common_prefix_len, common_attn_metadata, fast_build=False) -> StepMeta:
-        slots = compat.state_slots(common_attn_metadata, self.kv_cache_spec, self.vllm_config)
-        common = to_common(common_attn_metadata, 1, paged=False, slots=slots)
-        return build_step(common, self.groups, self.builders)
+    def translate(self, cm, *, uniform: bool, capture: bool = False):
+        slots = compat.state_slots(cm, self.kv_cache_spec, self.vllm_config)
+        if uniform:
+            return to_uniform_common(cm, 1, paged=False, slots=slots, capture=capture)
+        return to_common(cm, 1, paged=False, slots=slots)
 
 
 class MixboardSlotsBackend(AttentionBackend):
