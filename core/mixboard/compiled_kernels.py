@@ -4,13 +4,20 @@ Plugins build their C kernels at install, optionally: where no C compiler is fou
 and the plugin's portable backend serves instead, the reason listed. An editable install builds module
 ``_x`` from ``_x.c`` beside it; a pull that changes the source without a reinstall leaves the old build,
 whose entry points may no longer match the Python that calls them, so a build older than its source is
-refused the same way. Reads the file system only: imports neither torch nor the kernel.
+refused the same way, and so is one older than a file its source includes (``#include "..."``, followed
+through included sources): found beside the source, or in the nearest ``include`` folder above it, where
+the plugins' shared headers live (plugins/include). Reads the file system only: imports neither torch
+nor the kernel.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+_SHARED_LEVELS = 4  # plugins/<plugin>/src/<package>/_x.c: plugins/include is 4 folders up
 
 
 def kernel_unusable(module: str, includes: tuple[str, ...] = ()) -> str | None:
@@ -21,11 +28,44 @@ def kernel_unusable(module: str, includes: tuple[str, ...] = ()) -> str | None:
     if spec is None or not spec.origin:
         return "is not built"
     built = Path(spec.origin)
-    for source in [built.with_name(module.rpartition(".")[2] + ".c"), *map(built.with_name, includes)]:
+    own = built.with_name(module.rpartition(".")[2] + ".c")
+    for source in _included([own, *map(built.with_name, includes)]):
         try:
             stale = source.stat().st_mtime > built.stat().st_mtime
         except OSError:  # an installed wheel ships its build alone: nothing to compare with
             continue
         if stale:
             return f"was built before its source {source.name} last changed"
+    return None
+
+
+def _included(sources: list[Path]) -> list[Path]:
+    """``sources`` and every file they include by a quoted name, transitively, each once, in order."""
+    found: list[Path] = []
+    todo = list(sources)
+    while todo:
+        source = todo.pop(0)
+        if source in found:
+            continue
+        found.append(source)
+        try:
+            text = source.read_text(errors="replace")
+        except OSError:
+            continue
+        for name in _INCLUDE.findall(text):
+            path = _resolve(source, name)
+            if path is not None:
+                todo.append(path)
+    return found
+
+
+def _resolve(source: Path, name: str) -> Path | None:
+    """Where the compiler found ``name`` for ``source``: beside it, else in the nearest include folder above."""
+    beside = source.with_name(name)
+    if beside.exists():
+        return beside
+    for folder in list(source.parents)[:_SHARED_LEVELS]:
+        shared = folder / "include" / name
+        if shared.exists():
+            return shared
     return None

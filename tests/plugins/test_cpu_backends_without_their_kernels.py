@@ -122,6 +122,34 @@ def test_a_build_older_than_a_source_its_source_includes_is_refused(monkeypatch,
     assert kernel_unusable("pkg._k_bf16", includes=("_k.c",)) is None
 
 
+def test_a_build_older_than_a_shared_header_its_sources_include_is_refused(monkeypatch, tmp_path):
+    """The first-party kernels include the vector and bfloat16 helpers from plugins/include (the
+    setup.py files' include_dirs), through the source a bfloat16 build includes too: a pull that
+    changes only a header leaves every such build stale."""
+    from mixboard.compiled_kernels import kernel_unusable
+
+    package = tmp_path / "plugins" / "p" / "src" / "pkg"
+    package.mkdir(parents=True)
+    (tmp_path / "plugins" / "include").mkdir()
+    header = tmp_path / "plugins" / "include" / "shared.h"
+    built = package / "_k_bf16.cpython-311-x86_64-linux-gnu.so"
+    own, included = package / "_k_bf16.c", package / "_k.c"
+    own.write_text('#include "_k.c"\n')
+    included.write_text('#include <stdint.h>\n  #  include "shared.h"\n#include "absent.h"\n')
+    header.write_text("")
+    built.write_bytes(b"")
+    for path, when in ((own, 1_000), (included, 1_000), (header, 1_000), (built, 1_000_000)):
+        os.utime(path, (when, when))
+    real = importlib.util.find_spec
+    spec = importlib.machinery.ModuleSpec("pkg._k_bf16", None, origin=str(built))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "pkg._k_bf16" else real(name, *a))
+    assert kernel_unusable("pkg._k_bf16") is None
+    os.utime(header, (2_000_000, 2_000_000))  # the header changed after the build
+    assert kernel_unusable("pkg._k_bf16") == "was built before its source shared.h last changed"
+    header.unlink()  # a header the compiler would not find here is not compared
+    assert kernel_unusable("pkg._k_bf16") is None
+
+
 # (backend module, its bfloat16 build, the float32 source that build includes, kind, spec, portable backend)
 BFLOAT16_BUILDS = [
     ("mixboard_sdpa.cpu_backend", "mixboard_sdpa._paged_decode_bf16", "_paged_decode.c", "attention",
