@@ -32,10 +32,11 @@
  * imports torch first). Instruction sets: GCC compiles the work item for
  * AVX-512, AVX2 and plain x86-64 and picks one at load time (target_clones).
  *
- * The cache's element type (kv_t): float here; bfloat16 where this file is
- * built as _paged_decode_bf16 (that file defines KV_BF16 and includes this
- * one). Keys and values are widened to float as they are read, so the
- * arithmetic is float32 either way; q and out are float32 in both builds.
+ * The element type of the cache, q and out (kv_t): float here; bfloat16
+ * where this file is built as _paged_decode_bf16 (that file defines KV_BF16
+ * and includes this one). Keys, values and q are widened to float as they
+ * are read, so the arithmetic is float32 either way, and each output is
+ * rounded to bfloat16 once, as it is stored (to nearest even, as torch).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -63,12 +64,16 @@ typedef uint16_t kv_t;
 #define MODULE_INIT PyInit__paged_decode_bf16
 INLINE vec load_kv(const kv_t *p) { return widen_vec(p); }
 INLINE float kv_float(kv_t x) { return widen(x); }
+INLINE kv_t kv_store(float x) { return narrow(x); }
+#define Q_COPIED 1  /* the row path scores a float copy of q */
 #else
 typedef float kv_t;
 #define MODULE_NAME "_paged_decode"
 #define MODULE_INIT PyInit__paged_decode
 INLINE vec load_kv(const kv_t *p) { return load(p); }
 INLINE float kv_float(kv_t x) { return x; }
+INLINE kv_t kv_store(float x) { return x; }
+#define Q_COPIED 0
 #endif
 
 /* Vector b of a row of D elements, in the order the row path keeps q and its accumulators in: a
@@ -91,7 +96,7 @@ INLINE vec kv_lanes(const kv_t *row, long b) { return load(row + b * LANES); }
 INLINE long paired_at(long d) { return d / (2 * LANES) * 2 * LANES + d % 2 * LANES + d % (2 * LANES) / 2; }
 
 typedef struct {
-    const float *q;         /* [n, heads, D], rows q_stride apart */
+    const kv_t *q;          /* [n, heads, D], rows q_stride apart */
     long q_stride, heads, kv_heads, D;
     const kv_t *k, *v;      /* blocks of [block_size, kv_heads, D], each contiguous */
     long k_block, v_block;  /* elements from one block to the next (>= block_size * kv_heads * D) */
@@ -100,7 +105,7 @@ typedef struct {
     long table_stride;
     const int32_t *rows;    /* [n]: the table row of each query row; NULL: row i is table row i */
     const int32_t *seq_lens; /* [n]: the keys query row i sees (a query at position t: t + 1) */
-    float *out;             /* [n, heads, D], rows out_stride apart */
+    kv_t *out;              /* [n, heads, D], rows out_stride apart */
     long out_stride;
     float scale, cap;       /* cap 0: no soft-cap */
     long window;            /* 0: every key */
@@ -167,17 +172,18 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
     const long len = p->seq_lens[i], bs = p->block_size, row = p->kv_heads * D, QH = H * G, DV = D / LANES;
     const long first = p->window > 0 && len > p->window ? len - p->window : 0;
     const int32_t *table = p->table + (p->rows ? p->rows[i] : i) * p->table_stride;
-    const float *q = p->q + i * p->q_stride + h0 * G * D;
+    const kv_t *qrow = p->q + i * p->q_stride + h0 * G * D;
     float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HEAD], s[MAX_GROUP][KEYS];
     const kv_t *values[KEYS];
-    const int paired = PAIRED(D);  /* q and acc in kv_lanes' order */
-    float qp[paired ? QH * D : 1];
+    const int paired = PAIRED(D), copied = paired || Q_COPIED;  /* paired: q and acc in kv_lanes' order */
+    float qp[copied ? QH * D : 1];
     for (long c = 0; c < QH; c++) {
         m[c] = -INFINITY, l[c] = 0.0f;
         for (long d = 0; d < D; d++) acc[c][d] = 0.0f;
-        if (paired)
-            for (long d = 0; d < D; d++) qp[c * D + paired_at(d)] = q[c * D + d];
+        if (copied)
+            for (long d = 0; d < D; d++) qp[c * D + (paired ? paired_at(d) : d)] = kv_float(qrow[c * D + d]);
     }
+    const float *q = copied ? qp : (const float *)qrow;  /* a float build's q as it lies */
     for (long j0 = first; j0 < len; j0 += KEYS) {
         const long count = len - j0 < KEYS ? len - j0 : KEYS;
         for (long t = 0; t < count;) {  /* scores, a block run at a time: one table lookup per block */
@@ -188,7 +194,7 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
                 values[t] = value;
                 for (long d = 0; d < H * D; d += LANES) __builtin_prefetch(value + d);  /* read next */
                 for (long c = 0; c < QH; c++)
-                    s[c][t] = (paired ? dot_paired(qp + c * D, key + c / G * D, D) : dot(q + c * D, key + c / G * D, D))
+                    s[c][t] = (paired ? dot_paired(q + c * D, key + c / G * D, D) : dot(q + c * D, key + c / G * D, D))
                               * p->scale;
             }
         }
@@ -220,9 +226,9 @@ static inline __attribute__((always_inline)) void attend(const problem *p, long 
         }
     }
     for (long c = 0; c < QH; c++) {
-        float *o = p->out + i * p->out_stride + (h0 * G + c) * D;
+        kv_t *o = p->out + i * p->out_stride + (h0 * G + c) * D;
         const float inv = l[c] > 0.0f ? 1.0f / l[c] : 0.0f;  /* no key (len 0): zeros, never NaN */
-        for (long d = 0; d < D; d++) o[d] = acc[c][paired ? paired_at(d) : d] * inv;
+        for (long d = 0; d < D; d++) o[d] = kv_store(acc[c][paired ? paired_at(d) : d] * inv);
     }
 }
 
@@ -261,8 +267,8 @@ static inline __attribute__((always_inline)) void attend_run(const problem *p, l
         const long here = n - r0 < R ? n - r0 : R;
         for (long c = 0; c < QT; c++) {  /* query c: row r0 + c / G (the last one again past the run), head c % G */
             const long i = i0 + r0 + (c / G < here ? c / G : here - 1);
-            const float *q = p->q + i * p->q_stride + (h * G + c % G) * D;
-            for (long d = 0; d < D; d++) Q[c][d] = q[d] * p->scale, acc[c][d] = 0.0f;
+            const kv_t *q = p->q + i * p->q_stride + (h * G + c % G) * D;
+            for (long d = 0; d < D; d++) Q[c][d] = kv_float(q[d]) * p->scale, acc[c][d] = 0.0f;
             lens[c] = p->seq_lens[i], m[c] = -INFINITY, l[c] = 0.0f;
         }
         for (long r = r0 + R; r < r0 + 2 * R && r < n; r++)  /* the next tile's queries, read while this one works */
@@ -301,9 +307,9 @@ static inline __attribute__((always_inline)) void attend_run(const problem *p, l
             }
         }
         for (long c = 0; c < here * G; c++) {
-            float *o = p->out + (i0 + r0 + c / G) * p->out_stride + (h * G + c % G) * D;
+            kv_t *o = p->out + (i0 + r0 + c / G) * p->out_stride + (h * G + c % G) * D;
             const float inv = 1.0f / l[c];
-            for (long d = 0; d < D; d++) o[d] = acc[c][d] * inv;
+            for (long d = 0; d < D; d++) o[d] = kv_store(acc[c][d] * inv);
         }
     }
 }
@@ -423,8 +429,8 @@ static int attend_all(const problem *p, long n) {
 
 /* decode(q, q_stride, n, heads, kv_heads, D, k, k_block, v, v_block, block_size, table, table_stride, seq_lens,
  *        out, out_stride, scale, window, cap, rows): addresses as ints (tensor.data_ptr(); rows 0 for none),
- *        q and out float32, k_block and v_block the pools' stride(0); the impl has checked shapes, strides and block ids
- *        (mixboard.ops.paged.check_paged_inputs) before it calls. */
+ *        q and out in the cache's element type, k_block and v_block the pools' stride(0); the impl has checked
+ *        shapes, strides and block ids (mixboard.ops.paged.check_paged_inputs) before it calls. */
 static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 20) {
@@ -439,11 +445,11 @@ static PyObject *py_decode(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     double scale = PyFloat_AsDouble(args[16]), cap = PyFloat_AsDouble(args[18]);
     if (PyErr_Occurred()) return NULL;
-    problem p = {.q = (const float *)(intptr_t)v[0], .q_stride = v[1], .heads = v[3], .kv_heads = v[4], .D = v[5],
+    problem p = {.q = (const kv_t *)(intptr_t)v[0], .q_stride = v[1], .heads = v[3], .kv_heads = v[4], .D = v[5],
                  .k = (const kv_t *)(intptr_t)v[6], .v = (const kv_t *)(intptr_t)v[8], .k_block = v[7],
                  .v_block = v[9], .block_size = v[10], .table = (const int32_t *)(intptr_t)v[11],
                  .table_stride = v[12], .rows = (const int32_t *)(intptr_t)v[17],
-                 .seq_lens = (const int32_t *)(intptr_t)v[13], .out = (float *)(intptr_t)v[14], .out_stride = v[15],
+                 .seq_lens = (const int32_t *)(intptr_t)v[13], .out = (kv_t *)(intptr_t)v[14], .out_stride = v[15],
                  .scale = (float)scale, .cap = (float)cap, .window = v[16]};
     if (p.kv_heads <= 0 || p.heads % p.kv_heads || p.heads / p.kv_heads > MAX_GROUP || p.D <= 0 || p.D > MAX_HEAD
         || p.block_size <= 0) {
@@ -496,8 +502,8 @@ static PyObject *py_write(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_FASTCALL,
      "decode(q, q_stride, n, heads, kv_heads, D, k, k_block, v, v_block, block_size, table, table_stride, seq_lens, "
-     "out, out_stride, scale, window, cap, rows): attention of float32 query rows over the paged cache (addresses "
-     "as ints, k_block and v_block the pools' block strides in elements)."},
+     "out, out_stride, scale, window, cap, rows): attention of query rows over the paged cache, q and out in the "
+     "cache's element type (addresses as ints, k_block and v_block the pools' block strides in elements)."},
     {"write", (PyCFunction)(void (*)(void))py_write, METH_FASTCALL,
      "write(k_cache, k_block, v_cache, v_block, block_size, slots, n, row, k, ldk, v, ldv): the step's k and v rows "
      "into their cache slots (addresses as ints, block strides in elements)."},

@@ -2,10 +2,9 @@
 prefills run by the paged kernel (``_paged_decode.c``) straight from the
 cache blocks. The kernel takes each pool's block stride, so blocks that sit
 in larger pages (an engine's hybrid cache) are read and written in place
-too. A bfloat16 layer's cache is read by the kernel's bfloat16 build, in
-place; its query rows go in, and its output rows come out, as float32
-copies (a decode step's are small beside the keys they read; a long
-prompt's are twice q's size again, for the call)."""
+too. A bfloat16 layer runs on the kernel's bfloat16 build, which reads the
+cache and the query rows where they lie and writes the output rows in
+bfloat16 (sums in float32, each output rounded once)."""
 
 from __future__ import annotations
 
@@ -63,15 +62,9 @@ class SdpaCpuAttentionImpl(SdpaAttentionImpl):
         """Rows ``first`` .. ``first + count`` of ``q`` into the same rows of ``out`` (by address: a
         view per call would cost more than the arithmetic, at one decode a step)."""
         spec = self.spec
-        if q.dtype != torch.float32:  # the kernel's q and out are float32 whatever the cache's dtype
-            rows = slice(first, first + count)
-            out32 = torch.empty((count, *out.shape[1:]), dtype=torch.float32, device=out.device)
-            self._attend(q[rows].float(), 0, count, k_cache, v_cache, out32, table, seq_lens, table_rows)
-            out[rows].copy_(out32)
-            return
         if q.stride(2) != 1 or q.stride(1) != spec.head_size:
             q = q.contiguous()
-        size = q.element_size()  # out has q's dtype (impl.py: rows of H * D)
+        size = q.element_size()  # q, out and the cache share the layer's dtype (impl.py: rows of H * D)
         # int32 and contiguous: CommonBatchMetadata and build_meta make them so
         self._kernel.decode(q.data_ptr() + first * q.stride(0) * size, q.stride(0), count, spec.num_heads,
                             spec.num_kv_heads, spec.head_size, k_cache.data_ptr(), self._blocks[0],
