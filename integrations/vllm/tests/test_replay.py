@@ -19,7 +19,7 @@ from mixboard.environment import detect
 from mixboard.ops.checks import build_builder, build_impl
 from harness import ok, run
 from mixboard_vllm import graphs
-from mixboard_vllm.batch import build_step, to_common, to_uniform_common
+from mixboard_vllm.attention import MixboardAttentionBuilder
 from mixboard_vllm.replay import Recordings, is_uniform
 
 SPEC = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=32)
@@ -59,8 +59,14 @@ def attention():
     return backend, build_builder(backend, SPEC, env), build_impl(backend, SPEC, env, "layers.0.attn")
 
 
-def translate(cm, *, uniform, capture=False):
-    return to_uniform_common(cm, BS, paged=True, capture=capture) if uniform else to_common(cm, BS, paged=True)
+def vllm_builder(builder, recorded=True):
+    """The integration's metadata builder for one plan group on sdpa_cpu, made without vLLM's
+    constructor (which needs an engine's plan): its build, build_for_cudagraph_capture and
+    translate are the ones an engine calls."""
+    made = MixboardAttentionBuilder.__new__(MixboardAttentionBuilder)
+    made.block_size, made.groups, made.builders = BS, [0], {0: builder}
+    made.recordings = Recordings([0], {0: builder}, enabled=recorded)
+    return made
 
 
 def test_a_replayed_step_equals_the_same_step_unpadded(attention):
@@ -69,14 +75,15 @@ def test_a_replayed_step_equals_the_same_step_unpadded(attention):
     gen = torch.Generator().manual_seed(7)
     pools = {name: torch.randn(BLOCKS, BS, SPEC.num_kv_heads, SPEC.head_size, generator=gen)
              for name in ("k_cache", "v_cache")}
-    rec = Recordings([0], {0: builder}, enabled=True)
+    vllm = vllm_builder(builder)
+    eager = vllm_builder(builder, recorded=False)  # the reference: vLLM told NEVER, every step translated anew
 
     def rows(T):
         return [torch.randn(T, h, SPEC.head_size, generator=gen) for h in (4, 2, 2)]
 
     # vLLM's capture run: CAPTURED requests of one token and no context, PAD slots, the null block
     capture = vllm_metadata([1] * CAPTURED, [1] * CAPTURED, [[]] * CAPTURED, CAPTURED, capture=True)
-    recorded = rec.step(capture, translate, capture=True)
+    recorded = vllm.build_for_cudagraph_capture(capture)
     assert recorded.common.num_decodes == CAPTURED and recorded.common.context_lens_cpu.tolist() == [0] * 4
     assert int(recorded.common.slot_mapping.min()) == 0  # PAD written to the null block, never through -1
     before = {n: p.clone() for n, p in pools.items()}
@@ -85,8 +92,8 @@ def test_a_replayed_step_equals_the_same_step_unpadded(attention):
         assert torch.equal(pools[n][1:], before[n][1:])
 
     free = list(range(1, BLOCKS))
-    for step, lens in enumerate([[37, 5, 90], [130, 2, 17, 64], [33], [80, 3, 1]]):  # 1: a prompt of one token (vLLM puts fresh prompts last)
-        perm = torch.randperm(len(free), generator=gen).tolist()
+    for step, lens in enumerate([[37, 5, 90], [130, 2, 17, 64], [33], [80, 3, 1]]):  # 1: a prompt of one token
+        perm = torch.randperm(len(free), generator=gen).tolist()  # (vLLM puts fresh prompts last)
         tables, k = [], 0
         for s in lens:
             owned = -(-s // BS)
@@ -94,52 +101,53 @@ def test_a_replayed_step_equals_the_same_step_unpadded(attention):
             k += owned
         padded = vllm_metadata(lens, [1] * len(lens), tables, CAPTURED)
         assert is_uniform(padded)
-        meta = rec.step(padded, translate, capture=False)
+        meta = vllm.build(0, padded)
         assert meta is recorded  # refilled, as the graph reads it
         q, kk, v = rows(CAPTURED)
         reference_pools = {n: p.clone() for n, p in pools.items()}
         out = impl.forward(q, kk, v, pools, meta.metas[0]).reshape(CAPTURED, -1)
 
         R = len(lens)
-        plain = vllm_metadata(lens, [1] * R, tables, R)
-        fresh = build_step(translate(plain, uniform=False), [0], {0: builder})
+        fresh = eager.build(0, vllm_metadata(lens, [1] * R, tables, R))
         want = impl.forward(q[:R], kk[:R], v[:R], reference_pools, fresh.metas[0]).reshape(R, -1)
         torch.testing.assert_close(out[:R], want, rtol=1e-6, atol=1e-6, msg=f"step {step}")
         for n in pools:  # the same records written, and padding only into the null block
             assert torch.equal(pools[n][1:], reference_pools[n][1:]), f"step {step}: {n}"
 
 
-def test_only_steps_of_captured_shapes_and_one_token_rows_are_refilled(attention):
+def test_only_steps_of_one_token_rows_and_a_captured_shape_run_on_a_recording(attention):
     _, builder, _ = attention
-    rec = Recordings([0], {0: builder}, enabled=True)
-    one = vllm_metadata([9, 4], [1, 1], [[3], [5]], 2)
-    assert rec.step(one, translate, capture=False) is None  # nothing captured at this size: eager
-    rec.step(vllm_metadata([1, 1], [1, 1], [[], []], 2, capture=True), translate, capture=True)
-    assert rec.step(one, translate, capture=False) is not None
+    vllm = vllm_builder(builder)
+    two = vllm_metadata([9, 4], [1, 1], [[3], [5]], 2)
+    assert vllm.build(0, two) is not vllm.build(0, two)  # nothing captured yet: each step its own
+    recorded = vllm.build_for_cudagraph_capture(vllm_metadata([1, 1], [1, 1], [[], []], 2, capture=True))
+    assert vllm.build(0, two) is recorded
+    three = vllm_metadata([9, 4, 6], [1, 1, 1], [[3], [5], [6]], 3)
+    assert vllm.build(0, three) is not vllm.build(0, three)  # a size vLLM captured no graph of: each step its own
     mixed = vllm_metadata([9, 6], [1, 5], [[3], [5]], 2)
-    assert not is_uniform(mixed) and rec.step(mixed, translate, capture=False) is None
-    told_never = Recordings([0], {0: builder}, enabled=False)  # vLLM replays nothing: all eager
-    assert told_never.step(vllm_metadata([1], [1], [[]], 1, capture=True), translate, capture=True) is None
+    assert not is_uniform(mixed) and vllm.build(0, mixed) is not recorded
+    # two requests of one token in three rows: a piecewise graph's padding, never a full graph's
+    ragged = vllm_metadata([9, 4], [1, 1], [[3], [5]], 2)
+    ragged.num_actual_tokens = 3
+    assert not is_uniform(ragged)
+    told_never = vllm_builder(builder, recorded=False)  # vLLM captures nothing: every step translated anew
+    first = told_never.build_for_cudagraph_capture(vllm_metadata([1, 1], [1, 1], [[], []], 2, capture=True))
+    assert told_never.build(0, two) is not first and told_never.build(0, two).common.num_decodes == 2
 
 
-def test_a_slot_state_layer_refuses_a_one_token_prompt_in_a_replayed_step():
-    cm = vllm_metadata([1, 7], [1, 1], [[2], [3]], 2)
-    slots = torch.tensor([2, 3])
-    to_uniform_common(cm, 1, paged=False, slots=slots, capture=True)  # a capture run: no context, by design
-    with pytest.raises(RuntimeError, match="a prompt of one token .* set cudagraph_mode to PIECEWISE"):
-        to_uniform_common(cm, 1, paged=False, slots=slots)
-    ok = to_uniform_common(vllm_metadata([4, 7], [1, 1], [[2], [3]], 3), 1, paged=False, slots=torch.tensor([2, 3, 0]))
-    assert ok.num_decodes == 3 and ok.context_lens_cpu.tolist() == [3, 6, 0]
-
-
-def test_vllm_is_told_what_the_planned_backends_allow():
+def test_vllm_is_told_what_the_planned_backends_allow(monkeypatch):
     registry = get_registry()
     attn = ("model.layers.0.self_attn.attn", "attention", SPEC)
     mamba = ("model.layers.1.mixer", "mamba2", Mamba2Spec(num_heads=8, head_dim=32, d_state=16))
     told = graphs.vllm_support(registry.plan([attn], overrides="attention=sdpa_cpu"))
     assert told is AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
-    both = registry.plan([attn, mamba], overrides="attention=sdpa_cpu,mamba2=mamba2_torch")
-    assert graphs.vllm_support(both) is AttentionCGSupport.NEVER
+    both = "attention=sdpa_cpu,mamba2=mamba2_torch"
+    assert graphs.vllm_support(registry.plan([attn, mamba], overrides=both)) is AttentionCGSupport.NEVER
+    # a slot-state backend that declared uniform_decode: still NEVER (a fresh prompt's record is not reset in a replay)
+    monkeypatch.setattr(registry.backends["mamba2_torch"].cls, "capture", "uniform_decode")
+    plan = registry.plan([attn, mamba], overrides=both)
+    assert graphs.planned_level(plan) == "uniform_decode"
+    assert graphs.vllm_support(plan) is AttentionCGSupport.NEVER
 
 
 RECORD = {"MIXBOARD_VLLM_RECORD_FIRST": "1"}

@@ -86,9 +86,9 @@ class MixboardAttentionBuilder(GroupsBuilder):
                                f"a multiple of {need}, which the planned attention backends need; pass "
                                f"block_size={need * max(1, self.block_size // need)} (--block-size)")
 
-    def translate(self, cm, *, uniform: bool, capture: bool = False):
+    def translate(self, cm, *, uniform: bool, keep: bool = False):
         if uniform:
-            return to_uniform_common(cm, self.block_size, paged=True, capture=capture)
+            return to_uniform_common(cm, self.block_size, keep=keep)
         return to_common(cm, self.block_size, paged=True)
 
 

@@ -59,6 +59,8 @@ def to_common(cm, block_size: int, *, paged: bool, slots: torch.Tensor | None = 
         table_cpu = table if device.type == "cpu" else table.cpu()
         block_range = _block_range(table_cpu, seq, block_size)
         slot_mapping = b.slot_mapping.long()
+        if device.type != "cpu":  # vLLM's dummy runs before a capture: PAD (-1) to the null block's first slot
+            slot_mapping = slot_mapping.clamp_min(0)
     else:
         table_cpu = torch.zeros((n, 1), dtype=torch.int32)
         table = table_cpu.to(device)
@@ -79,60 +81,40 @@ def to_common(cm, block_size: int, *, paged: bool, slots: torch.Tensor | None = 
     return common
 
 
-def to_uniform_common(cm, block_size: int, *, paged: bool, slots: torch.Tensor | None = None,
-                      capture: bool = False) -> CommonBatchMetadata:
-    """A step vLLM may replay from a full CUDA graph (replay.py): every row a decode.
+def to_uniform_common(cm, block_size: int, *, keep: bool = False) -> CommonBatchMetadata:
+    """A step of attention layers vLLM may replay from a full CUDA graph (replay.py): every row a decode.
 
     Such a step is one-token requests, padded to a captured size with requests of no tokens, whose
     sequence length is 0, block row the null block and slots PAD (-1). Each becomes a decode: its
     row ``i`` (query_start_loc an arange), a length of at least 1, and PAD slots the null block's
     first (vLLM reserves block 0 for padding), so whatever the recorded forward does with a padded
-    row stays there. A capture run's requests have no context either. A real one-token request
-    without context (a prompt of one token) is a decode of an empty context, which is exact for
-    attention; a slot-state layer's decode would read its slot's stale record, so that is refused.
+    row stays there. A capture run's requests have no context either, and a real prompt of one
+    token has none: a decode of an empty context, which is attention over its own key, exact.
+    ``keep``: the step becomes the recording; otherwise only its tensors are copied into one, and
+    ``block_range`` (a plain value a replay never sees) is not worked out.
     """
     b = compat.step_batch(cm)
     n, device = b.num_reqs, b.seq_lens.device
+    on_cpu = device.type == "cpu"
     seq_cpu = b.seq_lens_cpu.to(torch.int32).clamp_min(1)
-    if not paged and not capture:
-        qsl = b.query_start_loc_cpu
-        fresh = ((qsl[1:] - qsl[:-1]) == 1) & (b.seq_lens_cpu == 1)
-        if bool(fresh.any()):
-            raise RuntimeError("mixboard-vllm: a prompt of one token came in a step vLLM replays from a full CUDA "
-                               "graph; the planned slot-state backends cannot start a sequence there; set "
-                               "cudagraph_mode to PIECEWISE")
     ctx_cpu = seq_cpu - 1
-    seq = seq_cpu if device.type == "cpu" else b.seq_lens.to(torch.int32).clamp_min(1)
-    ctx = ctx_cpu if device.type == "cpu" else seq - 1
+    seq = seq_cpu if on_cpu else b.seq_lens.to(torch.int32).clamp_min(1)
+    ctx = ctx_cpu if on_cpu else seq - 1
     qsl_cpu = torch.arange(n + 1, dtype=torch.int32)
-    qsl = qsl_cpu if device.type == "cpu" else qsl_cpu.to(device, non_blocking=True)
-    if slots is not None:
-        state_slots = slots[:n].to(torch.int32).clamp_min(0)
-        state_slots_cpu = state_slots if device.type == "cpu" else state_slots.cpu()
-    else:
-        state_slots_cpu = torch.zeros(n, dtype=torch.int32)
-        state_slots = state_slots_cpu.to(device)
-    seq_list = seq_cpu.tolist()
-    if paged:
-        table = b.block_table
-        table_cpu = table if device.type == "cpu" else table.cpu()
-        block_range = _block_range(table_cpu, seq_list, block_size)
-        slot_mapping = b.slot_mapping.long().clamp_min(0)
-    else:
-        table_cpu = torch.zeros((n, 1), dtype=torch.int32)
-        table = table_cpu.to(device)
-        block_range = (0, -1)
-        slot_mapping = torch.empty(0, dtype=torch.int64, device=device)
+    qsl = qsl_cpu if on_cpu else qsl_cpu.to(device, non_blocking=True)
+    slots_cpu = torch.zeros(n, dtype=torch.int32)  # no slot-state layer is replayed
+    table = b.block_table
+    table_cpu = table if on_cpu else table.cpu()
+    block_range = _block_range(table_cpu, seq_cpu.tolist(), block_size) if keep else (0, -1)
     if TRACE:
         with open(TRACE, "a") as f:
-            f.write(f"{time.perf_counter():.4f} {os.getpid()} {'paged' if paged else 'slots'} T={n} seqs={n} "
-                    f"decodes={n} uniform{' capture' if capture else ''}\n")
+            f.write(f"{time.perf_counter():.4f} {os.getpid()} paged T={n} seqs={n} decodes={n} uniform\n")
     return CommonBatchMetadata(
-        num_seqs=n, num_decodes=n, num_tokens=n, max_query_len=1, max_seq_len=max(seq_list, default=1),
-        block_size=block_size, query_start_loc=qsl, seq_lens=seq, context_lens=ctx, state_slots=state_slots,
-        block_table=table, slot_mapping=slot_mapping, query_start_loc_cpu=qsl_cpu, seq_lens_cpu=seq_cpu,
-        context_lens_cpu=ctx_cpu, state_slots_cpu=state_slots_cpu, block_table_cpu=table_cpu,
-        block_range=block_range)
+        num_seqs=n, num_decodes=n, num_tokens=n, max_query_len=1, max_seq_len=int(seq_cpu.max()) if n else 1,
+        block_size=block_size, query_start_loc=qsl, seq_lens=seq, context_lens=ctx,
+        state_slots=slots_cpu if on_cpu else slots_cpu.to(device), block_table=table,
+        slot_mapping=b.slot_mapping.long().clamp_min(0), query_start_loc_cpu=qsl_cpu, seq_lens_cpu=seq_cpu,
+        context_lens_cpu=ctx_cpu, state_slots_cpu=slots_cpu, block_table_cpu=table_cpu, block_range=block_range)
 
 
 class StepMeta:

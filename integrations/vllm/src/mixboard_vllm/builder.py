@@ -20,7 +20,8 @@ class GroupsBuilder(AttentionMetadataBuilder[StepMeta]):
 
     @classmethod
     def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
-        # asked by vLLM's worker once its builders exist, so this process's plan is made
+        # vLLM's worker asks before it makes the builders (gpu_model_runner.py:6780), with the model
+        # loaded, so the plan is made here if it is not yet
         return graphs.vllm_support(process_plan(vllm_config).plan)
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
@@ -32,8 +33,9 @@ class GroupsBuilder(AttentionMetadataBuilder[StepMeta]):
         captured = graphs.vllm_support(self.plan.plan) is not AttentionCGSupport.NEVER
         self.recordings = Recordings(self.groups, self.builders, captured)
 
-    def translate(self, cm, *, uniform: bool, capture: bool = False):
-        """vLLM's CommonAttentionMetadata -> mixboard's CommonBatchMetadata (per subclass)."""
+    def translate(self, cm, *, uniform: bool, keep: bool = False):
+        """vLLM's CommonAttentionMetadata -> mixboard's CommonBatchMetadata (per subclass); uniform:
+        a step vLLM may replay (batch.to_uniform_common), kept as the recording where ``keep``."""
         raise NotImplementedError
 
     def build(self, common_prefix_len: int, common_attn_metadata, fast_build: bool = False) -> StepMeta:

@@ -10,7 +10,8 @@ sequences), and for each later step of one-token rows and that shape it refills 
 
 Such steps are translated as decodes only (``batch.to_uniform_common``): vLLM's capture batches
 have no context, its padded rows no tokens and PAD slots (-1); a padded row becomes a decode of
-the null block (block 0, which vLLM reserves for padding), so no backend writes through -1.
+the null block (block 0, which vLLM reserves for padding), so no backend writes through -1. Only
+attention layers are replayed: a plan with slot-state layers is told NEVER (graphs.py says why).
 A step that cannot be refilled into its recording raises: replaying it would be silently wrong.
 
 vLLM's CPU build captures no graph, so there this path never runs by itself.
@@ -58,7 +59,7 @@ class Recordings:
         recorded = self.steps.get(key)
         if recorded is None and not (capture or RECORD_FIRST):
             return None
-        new = build_step(translate(cm, uniform=True, capture=capture), self.groups, self.builders)
+        new = build_step(translate(cm, uniform=True, keep=recorded is None), self.groups, self.builders)
         if recorded is None:
             self.steps[key] = new
             return new

@@ -6,15 +6,14 @@ from __future__ import annotations
 from vllm.v1.attention.backend import AttentionBackend
 
 from . import compat
-from .batch import to_common, to_uniform_common
+from .batch import to_common
 from .builder import GroupsBuilder
 
 
 class MixboardSlotsBuilder(GroupsBuilder):
-    def translate(self, cm, *, uniform: bool, capture: bool = False):
+    def translate(self, cm, *, uniform: bool, keep: bool = False):
+        # never uniform: a plan with slot-state layers is told NEVER (graphs.vllm_support), so vLLM replays none
         slots = compat.state_slots(cm, self.kv_cache_spec, self.vllm_config)
-        if uniform:
-            return to_uniform_common(cm, 1, paged=False, slots=slots, capture=capture)
         return to_common(cm, 1, paged=False, slots=slots)
 
 
