@@ -16,7 +16,9 @@ import importlib.util
 import re
 from pathlib import Path
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+# every quoted include, whatever #if it sits under: a build may be held to a header it did not read
+# (sdpa's float32 build to mixboard_bf16.h), never the other way round
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _SHARED_LEVELS = 4  # plugins/<plugin>/src/<package>/_x.c: plugins/include is 4 folders up
 
 
@@ -32,7 +34,7 @@ def kernel_unusable(module: str, includes: tuple[str, ...] = ()) -> str | None:
     for source in _included([own, *map(built.with_name, includes)]):
         try:
             stale = source.stat().st_mtime > built.stat().st_mtime
-        except OSError:  # an installed wheel ships its build alone: nothing to compare with
+        except OSError:  # not there (an installed wheel ships no headers): nothing to compare with
             continue
         if stale:
             return f"was built before its source {source.name} last changed"
@@ -61,7 +63,9 @@ def _included(sources: list[Path]) -> list[Path]:
 
 def _resolve(source: Path, name: str) -> Path | None:
     """Where the compiler found ``name`` for ``source``: beside it, else in the nearest include folder above."""
-    beside = source.with_name(name)
+    if Path(name).is_absolute():
+        return None
+    beside = source.parent / name
     if beside.exists():
         return beside
     for folder in list(source.parents)[:_SHARED_LEVELS]:

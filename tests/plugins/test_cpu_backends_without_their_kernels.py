@@ -135,7 +135,8 @@ def test_a_build_older_than_a_shared_header_its_sources_include_is_refused(monke
     built = package / "_k_bf16.cpython-311-x86_64-linux-gnu.so"
     own, included = package / "_k_bf16.c", package / "_k.c"
     own.write_text('#include "_k.c"\n')
-    included.write_text('#include <stdint.h>\n  #  include "shared.h"\n#include "absent.h"\n')
+    included.write_text('#include <stdint.h>\n  #  include"shared.h"\n#include "absent.h"\n#include "sub/../x.h"\n'
+                        '#include "/abs.h"\n')
     header.write_text("")
     built.write_bytes(b"")
     for path, when in ((own, 1_000), (included, 1_000), (header, 1_000), (built, 1_000_000)):

@@ -129,7 +129,7 @@ def test_only_steps_of_one_token_rows_and_a_captured_shape_run_on_a_recording(at
     # two requests of one token in three rows: a piecewise graph's padding, never a full graph's
     ragged = vllm_metadata([9, 4], [1, 1], [[3], [5]], 2)
     ragged.num_actual_tokens = 3
-    assert not is_uniform(ragged)
+    assert not is_uniform(ragged) and vllm.build(0, ragged) is not recorded
     told_never = vllm_builder(builder, recorded=False)  # vLLM captures nothing: every step translated anew
     first = told_never.build_for_cudagraph_capture(vllm_metadata([1, 1], [1, 1], [[], []], 2, capture=True))
     assert told_never.build(0, two) is not first and told_never.build(0, two).common.num_decodes == 2

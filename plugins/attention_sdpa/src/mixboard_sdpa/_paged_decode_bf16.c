@@ -1,4 +1,4 @@
-/* sdpa_cpu's paged kernel over a bfloat16 cache: _paged_decode.c with kv_t = bfloat16 (its keys and
- * values widened to float32 as they are read; q and out float32). */
+/* sdpa_cpu's paged kernel for a bfloat16 layer: _paged_decode.c with kv_t = bfloat16 (cache, q and out;
+ * keys, values and q widened to float32 as they are read, each output rounded once as it is stored). */
 #define KV_BF16
 #include "_paged_decode.c"
