@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from vllm.v1.attention.backend import AttentionCGSupport, AttentionMetadataBuilder
 
-from . import compat, graphs
+from . import compat
 from .batch import StepMeta, build_step
 from .plan import process_plan
 from .replay import Recordings
@@ -22,7 +22,7 @@ class GroupsBuilder(AttentionMetadataBuilder[StepMeta]):
     def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
         # vLLM's worker asks before it makes the builders (gpu_model_runner.py:6780), with the model
         # loaded, so the plan is made here if it is not yet
-        return graphs.vllm_support(process_plan(vllm_config).plan)
+        return process_plan(vllm_config).cudagraph_support
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -30,7 +30,7 @@ class GroupsBuilder(AttentionMetadataBuilder[StepMeta]):
         self.plan = process_plan(vllm_config)
         self.groups = sorted({self.plan.layer(n).group for n in layer_names})
         self.builders = self.plan.builders
-        captured = graphs.vllm_support(self.plan.plan) is not AttentionCGSupport.NEVER
+        captured = self.plan.cudagraph_support is not AttentionCGSupport.NEVER
         self.recordings = Recordings(self.groups, self.builders, captured)
 
     def translate(self, cm, *, uniform: bool, keep: bool = False):
@@ -39,13 +39,14 @@ class GroupsBuilder(AttentionMetadataBuilder[StepMeta]):
         raise NotImplementedError
 
     def build(self, common_prefix_len: int, common_attn_metadata, fast_build: bool = False) -> StepMeta:
-        replayed = self.recordings.step(common_attn_metadata, self.translate, capture=False)
-        if replayed is not None:
-            return replayed
-        return build_step(self.translate(common_attn_metadata, uniform=False), self.groups, self.builders)
+        return self._step(common_attn_metadata, capture=False)
 
     def build_for_cudagraph_capture(self, common_attn_metadata) -> StepMeta:
-        recorded = self.recordings.step(common_attn_metadata, self.translate, capture=True)
+        return self._step(common_attn_metadata, capture=True)
+
+    def _step(self, cm, *, capture: bool) -> StepMeta:
+        """The step's recording, refilled (replay.py), where vLLM may replay it; else a StepMeta of its own."""
+        recorded = self.recordings.step(cm, self.translate, capture=capture)
         if recorded is not None:
             return recorded
-        return build_step(self.translate(common_attn_metadata, uniform=False), self.groups, self.builders)
+        return build_step(self.translate(cm, uniform=False), self.groups, self.builders)

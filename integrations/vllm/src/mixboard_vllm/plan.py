@@ -116,6 +116,7 @@ class ProcessPlan:
                                  getattr(vllm_config.model_config.hf_config, "model_type", None))
         except MixboardError as exc:
             raise StartupError(f"mixboard-vllm: {exc}") from None
+        self.cudagraph_support = graphs.vllm_support(self.plan)  # what every builder tells vLLM (builder.py)
         state.check_paged_layout(self.plan)
         ops.check_graph_splits(vllm_config, {lp.kind for lp in self.plan.layers})
         state.check_hybrid(self.plan)
@@ -138,7 +139,7 @@ class ProcessPlan:
                         "backends may be captured: %s, vLLM is told %s):\n%s",
                         self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
                         len(self.plan.groups), (time.perf_counter() - t0) * 1e3, graphs.planned_level(self.plan),
-                        graphs.vllm_support(self.plan).name,
+                        self.cudagraph_support.name,
                         table.render(self.plan))
 
     def _builder(self, selection, spec):
