@@ -160,7 +160,8 @@ def test_llama_runs_on_recorded_steps_in_an_engine(extra, env, workdir, checkpoi
     tag = "llama_recorded" + "".join(f"_{k}={v}" for k, v in sorted(extra.items()))
     r = ok(run(workdir, tag, checkpoint("llama"), {**RECORD, **env}, extra))
     ranks = extra.get("tensor_parallel_size", 1)
-    assert r.log.count("vLLM is told UNIFORM_SINGLE_TOKEN_DECODE") == ranks
+    assert r.log.count("vLLM is told UNIFORM_SINGLE_TOKEN_DECODE, though this configuration captures no graphs "
+                       "(cudagraph_mode NONE)") == ranks  # vLLM's CPU build: the log says so
     uniform = [s for s in r.steps if s.endswith(" uniform")]
     assert len(uniform) > 20 and any("seqs=3" in s for s in uniform)  # steps of 1, 2 and 3 run on recordings
     assert r.ids == native("llama", {k: v for k, v in extra.items() if k == "enforce_eager"})

@@ -251,6 +251,13 @@ def graph_splits(vllm_config) -> tuple[bool, list[str]]:
     return piecewise, list(cc.splitting_ops or [])
 
 
+def captures_cuda_graphs(vllm_config) -> bool:
+    """Whether vLLM captures any CUDA graph in this configuration: its platform resolves
+    ``cudagraph_mode`` before the workers start (the CPU platform to NONE)."""
+    mode = vllm_config.compilation_config.cudagraph_mode
+    return mode is not None and mode.name != "NONE"
+
+
 def compiles(vllm_config) -> bool:
     from vllm.config.compilation import CompilationMode
 

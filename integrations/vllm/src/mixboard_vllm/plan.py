@@ -117,6 +117,9 @@ class ProcessPlan:
         except MixboardError as exc:
             raise StartupError(f"mixboard-vllm: {exc}") from None
         self.cudagraph_support = graphs.vllm_support(self.plan)  # what every builder tells vLLM (builder.py)
+        told = self.cudagraph_support.name
+        if not compat.captures_cuda_graphs(vllm_config):
+            told += ", though this configuration captures no graphs (cudagraph_mode NONE)"
         state.check_paged_layout(self.plan)
         ops.check_graph_splits(vllm_config, {lp.kind for lp in self.plan.layers})
         state.check_hybrid(self.plan)
@@ -139,8 +142,7 @@ class ProcessPlan:
                         "backends may be captured: %s, vLLM is told %s):\n%s",
                         self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
                         len(self.plan.groups), (time.perf_counter() - t0) * 1e3, graphs.planned_level(self.plan),
-                        self.cudagraph_support.name,
-                        table.render(self.plan))
+                        told, table.render(self.plan))
 
     def _builder(self, selection, spec):
         """A backend's builder, with the plan's values of its options (build_builder)."""
