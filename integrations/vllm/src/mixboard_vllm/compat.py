@@ -252,8 +252,10 @@ def graph_splits(vllm_config) -> tuple[bool, list[str]]:
 
 
 def captures_cuda_graphs(vllm_config) -> bool:
-    """Whether vLLM captures any CUDA graph in this configuration: its platform resolves
-    ``cudagraph_mode`` before the workers start (the CPU platform to NONE)."""
+    """False where vLLM's ``cudagraph_mode`` is already NONE when the plan is made: final on a
+    platform without static graphs (CPU: config/vllm.py resolves it before the workers) and under
+    enforce_eager. On CUDA the worker may still lower it to NONE from what the builders support
+    (compilation.py, resolve_cudagraph_mode_and_sizes), which vLLM logs itself."""
     mode = vllm_config.compilation_config.cudagraph_mode
     return mode is not None and mode.name != "NONE"
 
