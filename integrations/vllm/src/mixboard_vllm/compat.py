@@ -256,8 +256,7 @@ def captures_cuda_graphs(vllm_config) -> bool:
     platform without static graphs (CPU: config/vllm.py resolves it before the workers) and under
     enforce_eager. On CUDA the worker may still lower it to NONE from what the builders support
     (compilation.py, resolve_cudagraph_mode_and_sizes), which vLLM logs itself."""
-    mode = vllm_config.compilation_config.cudagraph_mode
-    return mode is not None and mode.name != "NONE"
+    return bool(vllm_config.compilation_config.cudagraph_mode)  # CUDAGraphMode is false for NONE alone
 
 
 def compiles(vllm_config) -> bool:

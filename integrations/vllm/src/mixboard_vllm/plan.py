@@ -117,9 +117,6 @@ class ProcessPlan:
         except MixboardError as exc:
             raise StartupError(f"mixboard-vllm: {exc}") from None
         self.cudagraph_support = graphs.vllm_support(self.plan)  # what every builder tells vLLM (builder.py)
-        told = self.cudagraph_support.name
-        if not compat.captures_cuda_graphs(vllm_config):
-            told += ", though this configuration captures no graphs (cudagraph_mode NONE)"
         state.check_paged_layout(self.plan)
         ops.check_graph_splits(vllm_config, {lp.kind for lp in self.plan.layers})
         state.check_hybrid(self.plan)
@@ -138,6 +135,9 @@ class ProcessPlan:
                 if lp.split:
                     impl = SplitImpl(impl, self._impl(lp.decode_selection, lp), registry.kind(lp.kind).row_inputs)
                 self.bound[lname] = Bound(lname, lp.kind, lp.spec, lp.backend, impl, gid, group.state_spec)
+        told = self.cudagraph_support.name
+        if not compat.captures_cuda_graphs(vllm_config):
+            told += ", though this configuration captures no graphs (cudagraph_mode NONE)"
         init_log().info("mixboard-vllm plan, rank %d of %d, %s, fingerprint %s (%d layers, %d groups, %.0f ms; the "
                         "backends may be captured: %s, vLLM is told %s):\n%s",
                         self.rank, self.world, self.env, self.plan.fingerprint, len(self.plan.layers),
