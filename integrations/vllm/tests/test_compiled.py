@@ -18,8 +18,10 @@ CASES = [
     ("granite_hybrid", {"enable_prefix_caching": False}, {}),
     ("granite_hybrid", {"tensor_parallel_size": 2}, TP2),
     ("llama", {}, {}),
+    ("llama", {"enable_prefix_caching": False}, {}),
     ("llama", {"tensor_parallel_size": 2}, TP2),
     ("lfm2", {}, {}),
+    ("lfm2", {"enable_prefix_caching": False}, {}),
     ("lfm2", {"tensor_parallel_size": 2}, TP2),
 ]
 
