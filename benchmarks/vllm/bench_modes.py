@@ -22,9 +22,13 @@ batch size first (its first calls run slower).
 
 Reported per (model, mode, batch): each side's median tok/s over every timed call of every round,
 and the ratio of mixboard's speed to vLLM alone's: the median, and the range, over pairs of calls
-(alone's time / mixboard's time for the two calls of a pair; above 1 is mixboard faster). Run in
-the vLLM lane's venv, with no other vLLM engine on the machine (vLLM pins every engine's worker to
-core 0 here: benchmarks/README.md):
+(alone's time / mixboard's time for the two calls of a pair; above 1 is mixboard faster).
+Rounds alternate which side's engine starts first; keep their number even, since the engine
+started second runs faster (``--aa``). ``--aa alone`` (or ``mixboard``) checks the method
+itself: both engines of a pair run that one side, started in the same order every round, and the
+ratio is the engine started second over the one started first. Run in the vLLM lane's venv, with
+no other vLLM engine on the machine (vLLM pins every engine's worker to core 0 here:
+benchmarks/README.md):
 
     LD_PRELOAD=$PWD/.venv-vllm/lib/libiomp5.so .venv-vllm/bin/python benchmarks/vllm/bench_modes.py [--rounds N]
 """
@@ -108,10 +112,10 @@ def write(name: str, folder: str) -> str:
 
 
 class Engine:
-    """One side's engine in a process of its own, up until close()."""
+    """One side's engine in a process of its own, up until close(). ``mixboard``: MIXBOARD_VLLM's value."""
 
-    def __init__(self, side: str, code: str, log: str, settle: float):
-        env = {**os.environ, "VLLM_DISABLE_COMPILE_CACHE": "1", "MIXBOARD_VLLM": SIDES[side]}
+    def __init__(self, side: str, mixboard: str, code: str, log: str, settle: float):
+        env = {**os.environ, "VLLM_DISABLE_COMPILE_CACHE": "1", "MIXBOARD_VLLM": mixboard}
         self.side, self.log, self.settle = side, open(log, "w"), settle
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, env=env)
@@ -140,10 +144,13 @@ class Engine:
         self.log.close()
 
 
-def measure(code: str, rnd: int, repeats: int, settle: float, folder: str) -> dict[int, dict[str, list[float]]]:
-    """One round of one (model, mode): both engines up, calls alternated; seconds per call."""
-    order = list(SIDES) if rnd % 2 == 0 else list(SIDES)[::-1]
-    engines = {side: Engine(side, code, os.path.join(folder, f"engine-{rnd}-{i}.log"), settle)
+def measure(code: str, rnd: int, repeats: int, settle: float, logs: str, sides: dict[str, str],
+            flip: bool) -> dict[int, dict[str, list[float]]]:
+    """One round of one (model, mode): both engines up, calls alternated; seconds per call. ``sides``:
+    label -> MIXBOARD_VLLM, in the order the engines start; ``flip``: odd rounds start them the other way.
+    ``logs``: the engines' log paths, less "-{start position}.log"."""
+    order = list(sides)[::-1] if flip and rnd % 2 else list(sides)
+    engines = {side: Engine(side, sides[side], code, f"{logs}-{i}.log", settle)
                for i, side in enumerate(order)}
     try:
         times: dict[int, dict[str, list[float]]] = {}
@@ -151,7 +158,7 @@ def measure(code: str, rnd: int, repeats: int, settle: float, folder: str) -> di
             for engine in engines.values():
                 for _ in range(WARMUPS):
                     engine.generate(b)
-            times[b] = {side: [] for side in SIDES}
+            times[b] = {side: [] for side in sides}
             for i in range(repeats):
                 for side in (order if i % 2 == 0 else order[::-1]):
                     times[b][side].append(engines[side].generate(b))
@@ -162,10 +169,11 @@ def measure(code: str, rnd: int, repeats: int, settle: float, folder: str) -> di
 
 
 def summary(calls: dict[str, list[float]], batch: int) -> tuple[str, str, str]:
-    """(alone's tok/s, mixboard's tok/s, mixboard's speed over alone's: median (range) over pairs)."""
+    """(the first side's tok/s, the second's, the second's speed over the first's: median (range) over pairs)."""
+    first, second = calls
     rate = {side: f"{statistics.median(batch * NEW / t for t in ts):.0f}" for side, ts in calls.items()}
-    ratios = sorted(a / m for a, m in zip(calls["vLLM alone"], calls["vLLM + mixboard"]))
-    return rate["vLLM alone"], rate["vLLM + mixboard"], f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+    ratios = sorted(a / m for a, m in zip(calls[first], calls[second]))
+    return rate[first], rate[second], f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def main() -> None:
@@ -181,6 +189,10 @@ def main() -> None:
                     help="the engines' dtype (default float32; in bfloat16 vLLM keeps the Mamba SSM state in float32 "
                          "on a CPU with AVX512-BF16, and mixboard plans attention on sdpa_cpu and Mamba2 on mamba2_cpu "
                          "where their kernels are built: `mixboard-vllm plan` in each engine's log says which)")
+    ap.add_argument("--aa", choices=("alone", "mixboard"),
+                    help="an A/A run, to see the method's own bias: both engines of a pair run this one side, always "
+                         "started in the same order, and the table compares the engine started second with the one "
+                         "started first (1.00 unless start order or chance moves them)")
     ap.add_argument("--json", action="store_true", help="print every call's seconds as JSON after the table")
     args = ap.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
@@ -188,8 +200,17 @@ def main() -> None:
         raise SystemExit(f"bench_modes: unknown model or mode {bad!r}")
     if args.rounds < 1 or args.repeats < 1 or args.settle < 0:
         raise SystemExit("bench_modes: --rounds and --repeats must be at least 1, --settle at least 0")
+    if args.rounds % 2 and not args.aa:
+        print("bench_modes: warning: an odd number of rounds gives one side the second start more often, and the "
+              "engine started second runs 5-10% faster here (`--aa`, benchmarks/README.md)", file=sys.stderr)
+    if args.aa:
+        value = SIDES[f"vLLM {'alone' if args.aa == 'alone' else '+ mixboard'}"]
+        sides = {f"{args.aa}, started first": value, f"{args.aa}, started second": value}
+    else:
+        sides = SIDES
     folder = tempfile.mkdtemp(prefix="bench_modes-")
     paths = {m: write(m, folder) for m in models}
+    print(f"bench_modes: checkpoints and engine logs in {folder}", file=sys.stderr, flush=True)
     calls: dict[str, dict[int, dict[str, list[float]]]] = {}
     start = time.time()
     for r in range(args.rounds):
@@ -197,19 +218,23 @@ def main() -> None:
             for mode in modes:
                 code = ENGINE.format(path=paths[model], eager=mode == "eager", lens=PROMPT_LENS, new=NEW,
                                      dtype=args.dtype)
-                got = measure(code, r, args.repeats, args.settle, folder)
+                # in an A/A run the labels name the start order, so it never flips
+                logs = os.path.join(folder, f"engine-{model}-{mode}-round{r + 1}")
+                got = measure(code, r, args.repeats, args.settle, logs, sides, flip=not args.aa)
                 key = f"{model}, {mode}"
-                for b, sides in got.items():
-                    for side, ts in sides.items():
+                for b, by_side in got.items():
+                    for side, ts in by_side.items():
                         calls.setdefault(key, {}).setdefault(b, {}).setdefault(side, []).extend(ts)
                 print(f"round {r + 1}/{args.rounds}, {key} ({time.time() - start:.0f} s): "
                       + "; ".join(f"{b} seq{'s' * (b > 1)} {' / '.join(summary(got[b], b))}" for b in SEQS),
                       file=sys.stderr, flush=True)
-    print("| model, mode | sequences | vLLM alone tok/s | vLLM + mixboard tok/s | mixboard / alone, pairs |")
+    first, second = (f"{side} tok/s" for side in sides)
+    ratio = "second / first, pairs" if args.aa else "mixboard / alone, pairs"
+    print(f"| model, mode | sequences | {first} | {second} | {ratio} |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for key, by_batch in calls.items():
-        for b, sides in by_batch.items():
-            print(f"| {key} | {b} | " + " | ".join(summary(sides, b)) + " |")
+        for b, by_side in by_batch.items():
+            print(f"| {key} | {b} | " + " | ".join(summary(by_side, b)) + " |")
     print(f"{args.dtype}, {args.rounds} rounds x {args.repeats} pairs, {args.settle} s settle; load average at the end: "
           f"{os.getloadavg()[0]:.1f}")
     if args.json:
