@@ -202,7 +202,7 @@ def main() -> None:
         raise SystemExit("bench_modes: --rounds and --repeats must be at least 1, --settle at least 0")
     if args.rounds % 2 and not args.aa:
         print("bench_modes: warning: an odd number of rounds gives one side the second start more often, and the "
-              "engine started second runs 5-10% faster here (`--aa`, benchmarks/README.md)", file=sys.stderr)
+              "engine started second runs 7-12% faster here (`--aa`, benchmarks/README.md)", file=sys.stderr)
     if args.aa:
         value = SIDES[f"vLLM {'alone' if args.aa == 'alone' else '+ mixboard'}"]
         sides = {f"{args.aa}, started first": value, f"{args.aa}, started second": value}
