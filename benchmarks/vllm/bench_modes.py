@@ -101,6 +101,7 @@ with open({config!r}, "w") as f:
 """,
 }
 SIDES = {"vLLM alone": "0", "vLLM + mixboard": "1"}  # the value of MIXBOARD_VLLM
+AA = {"alone": "vLLM alone", "mixboard": "vLLM + mixboard"}  # --aa's choices: the side both engines run
 
 
 def write(name: str, folder: str) -> str:
@@ -189,7 +190,7 @@ def main() -> None:
                     help="the engines' dtype (default float32; in bfloat16 vLLM keeps the Mamba SSM state in float32 "
                          "on a CPU with AVX512-BF16, and mixboard plans attention on sdpa_cpu and Mamba2 on mamba2_cpu "
                          "where their kernels are built: `mixboard-vllm plan` in each engine's log says which)")
-    ap.add_argument("--aa", choices=("alone", "mixboard"),
+    ap.add_argument("--aa", choices=AA,
                     help="an A/A run, to see the method's own bias: both engines of a pair run this one side, always "
                          "started in the same order, and the table compares the engine started second with the one "
                          "started first (1.00 unless start order or chance moves them)")
@@ -204,7 +205,7 @@ def main() -> None:
         print("bench_modes: warning: an odd number of rounds gives one side the second start more often, and the "
               "engine started second runs 7-12% faster here (`--aa`, benchmarks/README.md)", file=sys.stderr)
     if args.aa:
-        value = SIDES[f"vLLM {'alone' if args.aa == 'alone' else '+ mixboard'}"]
+        value = SIDES[AA[args.aa]]
         sides = {f"{args.aa}, started first": value, f"{args.aa}, started second": value}
     else:
         sides = SIDES
@@ -218,8 +219,8 @@ def main() -> None:
             for mode in modes:
                 code = ENGINE.format(path=paths[model], eager=mode == "eager", lens=PROMPT_LENS, new=NEW,
                                      dtype=args.dtype)
-                # in an A/A run the labels name the start order, so it never flips
                 logs = os.path.join(folder, f"engine-{model}-{mode}-round{r + 1}")
+                # in an A/A run the labels name the start order, so it never flips
                 got = measure(code, r, args.repeats, args.settle, logs, sides, flip=not args.aa)
                 key = f"{model}, {mode}"
                 for b, by_side in got.items():
